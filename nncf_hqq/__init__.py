@@ -1,0 +1,41 @@
+"""HQQ (Half-Quadratic Quantization) weight compression for NNCF with an OpenVINO backend.
+
+Importing this package teaches ``nncf.compress_weights`` the ``hqq=`` and ``hqq_params=`` options::
+
+    import nncf, nncf_hqq
+    model = nncf.compress_weights(ov_model, mode=nncf.CompressWeightsMode.INT4_ASYM, group_size=64, hqq=True)
+"""
+
+from __future__ import annotations
+
+import nncf
+import nncf.quantization
+
+from nncf_hqq.api import AdvancedCompressionParameters
+from nncf_hqq.api import compress_weights
+from nncf_hqq.parameters import HQQ_DEFAULT
+from nncf_hqq.parameters import HQQ_REFERENCE
+from nncf_hqq.parameters import EarlyStopScope
+from nncf_hqq.parameters import HQQParameters
+from nncf_hqq.parameters import ZeroPointFormat
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "HQQ_DEFAULT",
+    "HQQ_REFERENCE",
+    "AdvancedCompressionParameters",
+    "EarlyStopScope",
+    "HQQParameters",
+    "ZeroPointFormat",
+    "compress_weights",
+]
+
+
+def _install() -> None:
+    """Makes ``nncf.compress_weights`` (and ``nncf.quantization.compress_weights``) accept ``hqq=``."""
+    nncf.compress_weights = compress_weights
+    nncf.quantization.compress_weights = compress_weights
+
+
+_install()

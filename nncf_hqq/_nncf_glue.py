@@ -1,0 +1,168 @@
+"""Everything that touches NNCF internals lives here, so that an NNCF upgrade changes one module.
+
+NNCF has no plug-in point for a new weight-compression step. HQQ enters the OpenVINO pipeline in two places:
+- ``HQQWeightCompression`` (a ``WeightCompression``) checks the weights before the model is touched and gives
+  the pipeline an ``HQQOVBackend``;
+- ``HQQOVBackend._create_compression_subgraph`` computes HQQ's compressed weight for each applicable layer
+  (one layer at a time, inside NNCF's progress bar) and writes a float zero point where HQQ produced one.
+``weight_compression_with_hqq`` makes ``nncf.compress_weights`` build that algorithm for one call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+from typing import Any
+
+import nncf
+import nncf.openvino.quantization.quantize_model as _ov_quantize_model
+import nncf.quantization.quantize_model as _quantize_model
+import numpy as np
+import openvino as ov
+from nncf.common.graph import NNCFGraph
+from nncf.quantization.algorithms.weight_compression.algorithm import WeightCompression
+from nncf.quantization.algorithms.weight_compression.config import WeightCompressionConfig
+from nncf.quantization.algorithms.weight_compression.config import WeightCompressionParameters
+from nncf.quantization.algorithms.weight_compression.openvino_backend import OVWeightCompressionAlgoBackend
+from nncf.quantization.algorithms.weight_compression.parameters import CompressedWeight
+from nncf.tensor import Tensor
+
+if TYPE_CHECKING:
+    from nncf_hqq.algorithm import HQQ
+
+__all__ = [
+    "CompressedWeight",
+    "WeightCompressionConfig",
+    "WeightCompressionParameters",
+    "check_versions",
+    "original_compress_weights",
+    "weight_compression_with_hqq",
+]
+
+#: NNCF and OpenVINO releases this package is tested against (OpenVINO by release prefix).
+TESTED_NNCF_VERSIONS = ("3.4.0",)
+TESTED_OPENVINO_VERSIONS = ("2026.4",)
+#: Set to 1 to run on an untested NNCF release anyway.
+ALLOW_UNTESTED_ENV = "NNCF_HQQ_ALLOW_UNTESTED_NNCF"
+
+#: NNCF's own ``compress_weights``, captured before ``nncf_hqq`` installs its wrapper.
+original_compress_weights: Callable[..., Any] = _quantize_model.compress_weights
+
+_PATCH_LOCK = threading.Lock()
+
+
+def check_versions() -> None:
+    """Raises ``nncf.UnsupportedVersionError`` on an NNCF release this glue was not tested with."""
+    if os.environ.get(ALLOW_UNTESTED_ENV) == "1" or nncf.__version__ in TESTED_NNCF_VERSIONS:
+        return
+    msg = (
+        f"nncf_hqq is tested with nncf {', '.join(TESTED_NNCF_VERSIONS)} (and openvino "
+        f"{', '.join(TESTED_OPENVINO_VERSIONS)}.x), but nncf {nncf.__version__} is installed. "
+        f"Install a tested version (pip install 'nncf=={TESTED_NNCF_VERSIONS[-1]}') or set "
+        f"{ALLOW_UNTESTED_ENV}=1 to try anyway."
+    )
+    raise nncf.UnsupportedVersionError(msg)
+
+
+class HQQOVBackend(OVWeightCompressionAlgoBackend):
+    """NNCF's OpenVINO backend that lets HQQ decide the compressed weights it writes."""
+
+    def __init__(self, model: ov.Model, hqq: HQQ) -> None:
+        super().__init__(model)
+        self.hqq = hqq
+
+    def _create_compression_subgraph(
+        self,
+        weight: Tensor,
+        compression_config: WeightCompressionConfig,
+        reduction_axes: tuple[int, ...],
+        const_node_name: str,
+        weight_port_id: int,
+        const_dtype: ov.Type,
+        should_add_convert_node: bool,
+        precomputed_compressed_weight: CompressedWeight | None = None,
+    ) -> tuple[ov.Node, CompressedWeight]:
+        from nncf_hqq.algorithm import single_reduction_axis
+        from nncf_hqq.openvino_subgraph import float_zero_point_decompression
+        from nncf_hqq.openvino_subgraph import is_float_zero_point
+
+        compressed = precomputed_compressed_weight
+        if compressed is None and self.hqq.is_applicable(compression_config):
+            axis = single_reduction_axis(reduction_axes, const_node_name)
+            compressed = self.hqq.compress(weight, axis, compression_config)
+        if compressed is None or not is_float_zero_point(compressed):
+            return super()._create_compression_subgraph(
+                weight,
+                compression_config,
+                reduction_axes,
+                const_node_name,
+                weight_port_id,
+                const_dtype,
+                should_add_convert_node,
+                compressed,
+            )
+        output_type = const_dtype if should_add_convert_node else None
+        node = float_zero_point_decompression(
+            compressed, compression_config.num_bits, tuple(weight.shape), const_node_name, weight_port_id, output_type
+        )
+        return node, compressed
+
+
+class HQQWeightCompression(WeightCompression):
+    """NNCF's weight-compression algorithm with HQQ deciding the parameters of applicable layers."""
+
+    def __init__(self, hqq: HQQ, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._hqq = hqq
+
+    def set_backend_entity(self, model: ov.Model) -> None:
+        self._backend_entity = HQQOVBackend(model, self._hqq)
+
+    def apply_with_parameters(
+        self,
+        model: ov.Model,
+        graph: NNCFGraph,
+        dataset: nncf.Dataset | None,
+        statistics: Any,
+        all_weight_params: list[WeightCompressionParameters],
+    ) -> ov.Model:
+        self._validate_weights(model, graph, all_weight_params)
+        return super().apply_with_parameters(model, graph, dataset, statistics, all_weight_params)
+
+    def _validate_weights(
+        self, model: ov.Model, graph: NNCFGraph, all_weight_params: list[WeightCompressionParameters]
+    ) -> None:
+        """Checks every weight HQQ will compress before the model is modified (NaN/Inf, grouping axis)."""
+        from nncf_hqq.algorithm import single_reduction_axis
+
+        for wp in all_weight_params:
+            if not self._hqq.is_applicable(wp.compression_config):
+                continue
+            single_reduction_axis(wp.reduction_axes, wp.weight_name)
+            weight = self._backend_entity.get_weight(wp.node_with_weight, wp.weight_port_id, model, graph)
+            if not np.isfinite(weight.as_numpy_tensor().data).all():
+                msg = (
+                    f"Weight '{wp.weight_name}' of layer '{wp.node_with_weight.node_name}' contains NaN or Inf "
+                    "values; HQQ cannot compress it. The model was not modified."
+                )
+                raise nncf.ValidationError(msg)
+
+
+@contextlib.contextmanager
+def weight_compression_with_hqq(hqq: HQQ) -> Iterator[None]:
+    """Within this context, NNCF's OpenVINO ``compress_weights`` builds ``HQQWeightCompression``."""
+
+    def factory(*args: Any, **kwargs: Any) -> HQQWeightCompression:
+        return HQQWeightCompression(hqq, *args, **kwargs)
+
+    with _PATCH_LOCK:
+        original = _ov_quantize_model.WeightCompression
+        _ov_quantize_model.WeightCompression = factory
+        try:
+            yield
+        finally:
+            _ov_quantize_model.WeightCompression = original

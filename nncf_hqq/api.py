@@ -1,0 +1,143 @@
+"""``compress_weights``: NNCF's entry point with the ``hqq`` and ``hqq_params`` options."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+from typing import TypeVar
+
+import nncf
+import openvino as ov
+from nncf import BackupMode
+from nncf import CompressionFormat
+from nncf import CompressWeightsMode
+from nncf import Dataset
+from nncf import IgnoredScope
+from nncf import SensitivityMetric
+from nncf.quantization.advanced_parameters import AdvancedCompressionParameters as NNCFAdvancedCompressionParameters
+
+from nncf_hqq._nncf_glue import check_versions
+from nncf_hqq._nncf_glue import original_compress_weights
+from nncf_hqq._nncf_glue import weight_compression_with_hqq
+from nncf_hqq.algorithm import HQQ
+from nncf_hqq.algorithm import SUPPORTED_MODES
+from nncf_hqq.parameters import HQQ_DEFAULT
+from nncf_hqq.parameters import HQQParameters
+
+TModel = TypeVar("TModel")
+
+
+@dataclasses.dataclass
+class AdvancedCompressionParameters(NNCFAdvancedCompressionParameters):
+    """NNCF's advanced compression parameters plus ``hqq_params`` (used when ``hqq=True``)."""
+
+    hqq_params: HQQParameters | None = None
+
+
+def compress_weights(
+    model: TModel,
+    *,
+    mode: CompressWeightsMode = CompressWeightsMode.INT8_ASYM,
+    ratio: float | None = None,
+    group_size: int | None = None,
+    ignored_scope: IgnoredScope | None = None,
+    all_layers: bool | None = None,
+    dataset: Dataset | None = None,
+    sensitivity_metric: SensitivityMetric | None = None,
+    subset_size: int = 128,
+    awq: bool | None = None,
+    scale_estimation: bool | None = None,
+    gptq: bool | None = None,
+    lora_correction: bool | None = None,
+    backup_mode: BackupMode | None = None,
+    compression_format: CompressionFormat = CompressionFormat.DQ,
+    advanced_parameters: NNCFAdvancedCompressionParameters | None = None,
+    hqq: bool | None = None,
+    hqq_params: HQQParameters | dict[str, Any] | None = None,
+) -> TModel:
+    """``nncf.compress_weights`` with Half-Quadratic Quantization.
+
+    All NNCF parameters mean what they mean in ``nncf.compress_weights``; with ``hqq`` falsy the call is
+    NNCF's own, unchanged. With ``hqq=True`` (OpenVINO models, modes INT4_ASYM and INT8_ASYM) HQQ decides
+    the scales and zero points of the layers compressed in ``mode``; layers in the backup precision keep
+    NNCF's round-to-nearest.
+
+    :param hqq: whether to use HQQ.
+    :param hqq_params: HQQ's hyper-parameters (``HQQParameters`` or a dict of its fields). They can also be
+        given as ``nncf_hqq.AdvancedCompressionParameters(hqq_params=...)``. Defaults to ``HQQ_DEFAULT``.
+    :return: the model with compressed weights.
+    """
+    nncf_arguments = {
+        "mode": mode,
+        "ratio": ratio,
+        "group_size": group_size,
+        "ignored_scope": ignored_scope,
+        "all_layers": all_layers,
+        "dataset": dataset,
+        "sensitivity_metric": sensitivity_metric,
+        "subset_size": subset_size,
+        "awq": awq,
+        "scale_estimation": scale_estimation,
+        "gptq": gptq,
+        "lora_correction": lora_correction,
+        "backup_mode": backup_mode,
+        "compression_format": compression_format,
+        "advanced_parameters": advanced_parameters,
+    }
+    if not hqq:
+        if hqq_params is not None:
+            msg = "hqq_params was given but hqq is not enabled; pass hqq=True to use HQQ."
+            raise nncf.ValidationError(msg)
+        return original_compress_weights(model, **nncf_arguments)
+    params = resolve_hqq_parameters(hqq_params, advanced_parameters)
+    validate_hqq_request(model, mode, gptq, compression_format)
+    with weight_compression_with_hqq(HQQ(params, mode)):
+        return original_compress_weights(model, **nncf_arguments)
+
+
+def resolve_hqq_parameters(
+    hqq_params: HQQParameters | dict[str, Any] | None, advanced_parameters: NNCFAdvancedCompressionParameters | None
+) -> HQQParameters:
+    """The HQQ parameters from ``hqq_params`` or the advanced parameters (not both), else ``HQQ_DEFAULT``."""
+    advanced = getattr(advanced_parameters, "hqq_params", None)
+    if hqq_params is not None and advanced is not None:
+        msg = "HQQ parameters were given twice: as hqq_params and as advanced_parameters.hqq_params. Give one."
+        raise nncf.ValidationError(msg)
+    chosen = hqq_params if hqq_params is not None else advanced
+    if chosen is None:
+        return HQQ_DEFAULT
+    if isinstance(chosen, HQQParameters):
+        return chosen
+    if isinstance(chosen, dict):
+        known = {f.name for f in dataclasses.fields(HQQParameters)}
+        unknown = sorted(set(chosen) - known)
+        if unknown:
+            msg = f"Unknown HQQ parameter(s) {unknown}; known: {sorted(known)}."
+            raise nncf.ValidationError(msg)
+        return HQQParameters(**chosen)
+    msg = f"hqq_params must be an nncf_hqq.HQQParameters or a dict, got {type(chosen).__name__}."
+    raise nncf.ValidationError(msg)
+
+
+def validate_hqq_request(
+    model: object, mode: CompressWeightsMode, gptq: bool | None, compression_format: CompressionFormat
+) -> None:
+    """Rejects what HQQ cannot do yet, before anything touches the model."""
+    if not isinstance(model, ov.Model):
+        msg = (
+            f"HQQ weight compression supports the OpenVINO backend only (an openvino.Model); got a "
+            f"{type(model).__module__}.{type(model).__name__}. Convert the model with openvino.convert_model "
+            "or export it with optimum-intel first."
+        )
+        raise nncf.UnsupportedBackendError(msg)
+    check_versions()
+    supported = ", ".join(m.name for m in SUPPORTED_MODES)
+    if mode not in SUPPORTED_MODES:
+        msg = f"HQQ supports the modes {supported}; got mode={getattr(mode, 'name', mode)}."
+        raise nncf.ValidationError(msg)
+    if gptq:
+        msg = "HQQ cannot be combined with GPTQ (gptq=True); use hqq=True with AWQ/Scale Estimation, or GPTQ alone."
+        raise nncf.ValidationError(msg)
+    if compression_format != CompressionFormat.DQ:
+        msg = f"HQQ writes the DQ compression format only; got compression_format={compression_format}."
+        raise nncf.ValidationError(msg)

@@ -1,0 +1,72 @@
+"""The one place where HQQ's convention meets NNCF's.
+
+HQQ:  ``W ~ (Wq - z) / s``          with inverse scale ``s`` and zero point ``z``.
+NNCF: ``W ~ (q - zero_point) * scale``.
+
+So ``scale = 1 / s`` and ``zero_point = z``. The OpenVINO model stores the scale and a float zero point
+as f16 constants, so both are rounded to f16 *before* the integer codes are computed: the codes written
+to the model are then exactly the nearest codes for the parameters the model really uses.
+"""
+
+from __future__ import annotations
+
+from nncf.tensor import Tensor
+from nncf.tensor import TensorDataType
+from nncf.tensor import functions as fns
+
+from nncf_hqq._nncf_glue import CompressedWeight
+from nncf_hqq.solver import levels_max
+
+#: Largest finite float16 value; scales and zero points are clipped into the f16 range.
+F16_MAX = 65504.0
+#: Smallest positive (subnormal) float16 value; keeps every stored scale strictly positive.
+F16_TINY = 2.0**-24
+
+
+def hqq_to_nncf(inverse_scale: Tensor, zero: Tensor) -> tuple[Tensor, Tensor]:
+    """``(s, z)`` in HQQ's convention to ``(scale, zero_point)`` in NNCF's."""
+    return 1.0 / inverse_scale, zero
+
+
+def nncf_to_hqq(scale: Tensor, zero_point: Tensor) -> tuple[Tensor, Tensor]:
+    """``(scale, zero_point)`` in NNCF's convention to ``(s, z)`` in HQQ's."""
+    return 1.0 / scale, zero_point.astype(TensorDataType.float32)
+
+
+def round_to_f16(x: Tensor, low: float, high: float) -> Tensor:
+    """Clips into ``[low, high]`` and rounds to the nearest float16, returned as float32."""
+    clipped = fns.clip(x.astype(TensorDataType.float32), low, high)
+    return clipped.astype(TensorDataType.float16).astype(TensorDataType.float32)
+
+
+def encode(weight: Tensor, scale: Tensor, zero_point: Tensor, num_bits: int) -> Tensor:
+    """Nearest unsigned codes ``clip(round(W / scale + zero_point), 0, 2^b - 1)`` as uint8."""
+    codes = fns.round(weight.astype(TensorDataType.float32) / scale + zero_point)
+    return fns.clip(codes, 0.0, levels_max(num_bits)).astype(TensorDataType.uint8)
+
+
+def to_compressed_weight(
+    grouped_weight: Tensor, scale: Tensor, zero_point: Tensor, num_bits: int, integer_zero_point: bool
+) -> CompressedWeight:
+    """Builds NNCF's ``CompressedWeight`` (codes, scale, zero point) from NNCF-convention parameters.
+
+    The scale is rounded to f16 (kept positive and finite); a float zero point is rounded to f16, an
+    integer one is rounded and clipped to the code range and stored as uint8. Codes are recomputed
+    against exactly those stored values.
+    """
+    scale = round_to_f16(fns.abs(scale), F16_TINY, F16_MAX)
+    if integer_zero_point:
+        zero_point = fns.clip(fns.round(zero_point), 0.0, levels_max(num_bits))
+    else:
+        zero_point = round_to_f16(zero_point, -F16_MAX, F16_MAX)
+    codes = encode(grouped_weight, scale, zero_point, num_bits)
+    if integer_zero_point:
+        zero_point = zero_point.astype(TensorDataType.uint8)
+    return CompressedWeight(codes, scale, zero_point)
+
+
+def decompress(compressed: CompressedWeight) -> Tensor:
+    """Float32 reconstruction ``(q - zero_point) * scale`` in the grouped shape."""
+    codes = compressed.tensor.astype(TensorDataType.float32)
+    zero_point = compressed.zero_point.astype(TensorDataType.float32)
+    return (codes - zero_point) * compressed.scale.astype(TensorDataType.float32)

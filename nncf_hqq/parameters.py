@@ -1,0 +1,97 @@
+"""Hyper-parameters of the HQQ solver and the presets built from them."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import Enum
+
+import nncf
+
+
+class ZeroPointFormat(str, Enum):
+    """How the zero point of an asymmetric group is stored in the compressed model.
+
+    FLOAT: an f16 constant (most accurate; OpenVINO CPU runs it on a slower kernel).
+    INTEGER: u4/u8 like NNCF's RTN (fastest OpenVINO kernels); HQQ then optimises under that constraint.
+    """
+
+    FLOAT = "float"
+    INTEGER = "integer"
+
+
+class EarlyStopScope(str, Enum):
+    """Where the early-stop test of the proximal loop is applied.
+
+    TENSOR: one mean absolute error over the whole weight, as in the published solver.
+    GROUP: every quantization group keeps its own best iterate.
+    """
+
+    TENSOR = "tensor"
+    GROUP = "group"
+
+
+@dataclass(frozen=True)
+class HQQParameters:
+    """Hyper-parameters of Half-Quadratic Quantization (Badri & Shaji, 2023).
+
+    :param lp_norm: p of the lp "norm" (0 < p <= 1) whose proximal (shrinkage) operator sparsifies the error.
+    :param beta: initial penalty weight of the half-quadratic splitting (> 0).
+    :param kappa: factor by which beta grows each iteration (>= 1).
+    :param iterations: maximal number of proximal iterations (>= 0; 0 keeps the min/max initialisation).
+    :param early_stop: stop as soon as the mean absolute error stops decreasing.
+    :param early_stop_scope: whether the early stop watches the whole tensor or every group separately.
+    :param return_best: return the best iterate seen. The published solver instead returns the zero point
+        produced by the step after the last improvement (a step that was never evaluated).
+    :param zero_point_format: FLOAT (f16 zero point) or INTEGER (u4/u8 zero point, optimised under the constraint).
+    :param rtn_guard: per group, keep NNCF's round-to-nearest result where it reconstructs the weight better,
+        so that the weight error is never above RTN's.
+    """
+
+    lp_norm: float = 0.7
+    beta: float = 10.0
+    kappa: float = 1.01
+    iterations: int = 20
+    early_stop: bool = True
+    early_stop_scope: EarlyStopScope = EarlyStopScope.TENSOR
+    return_best: bool = True
+    zero_point_format: ZeroPointFormat = ZeroPointFormat.FLOAT
+    rtn_guard: bool = False
+
+    def __post_init__(self) -> None:
+        _check_number("lp_norm", self.lp_norm, 0.0 < self.lp_norm <= 1.0, "in (0, 1]")
+        _check_number("beta", self.beta, self.beta > 0.0, "> 0")
+        _check_number("kappa", self.kappa, self.kappa >= 1.0, ">= 1")
+        if isinstance(self.iterations, bool) or not isinstance(self.iterations, int) or self.iterations < 0:
+            msg = f"HQQParameters.iterations must be an integer >= 0, got {self.iterations!r}."
+            raise nncf.ValidationError(msg)
+        for name in ("early_stop", "return_best", "rtn_guard"):
+            if not isinstance(getattr(self, name), bool):
+                msg = f"HQQParameters.{name} must be a bool, got {getattr(self, name)!r}."
+                raise nncf.ValidationError(msg)
+        _coerce_enum(self, "early_stop_scope", EarlyStopScope)
+        _coerce_enum(self, "zero_point_format", ZeroPointFormat)
+
+
+def _check_number(name: str, value: object, ok: bool, expected: str) -> None:
+    finite = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not finite or not ok:
+        msg = f"HQQParameters.{name} must be a finite number {expected}, got {value!r}."
+        raise nncf.ValidationError(msg)
+
+
+def _coerce_enum(params: HQQParameters, name: str, enum_cls: type[Enum]) -> None:
+    value = getattr(params, name)
+    try:
+        object.__setattr__(params, name, enum_cls(value))
+    except ValueError:
+        allowed = ", ".join(repr(m.value) for m in enum_cls)
+        msg = f"HQQParameters.{name} must be one of {allowed}, got {value!r}."
+        raise nncf.ValidationError(msg) from None
+
+
+#: The solver exactly as published in the reference `hqq` library (legacy proximal solver, float zero point).
+HQQ_REFERENCE = HQQParameters(return_best=False)
+
+#: What ``hqq=True`` does. Chosen by model-quality measurements (see docs/quality.md).
+HQQ_DEFAULT = HQQParameters()

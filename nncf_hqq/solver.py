@@ -1,0 +1,163 @@
+"""The HQQ solver: pure functions over NNCF's backend-agnostic tensors.
+
+Everything here is written in HQQ's convention: a group of weights ``W`` is quantized as
+``Wq = clip(round(W * s + z), 0, 2^b - 1)`` and reconstructed as ``(Wq - z) / s``, where ``s`` is the
+*inverse* scale and ``z`` the (float) zero point. ``nncf_hqq.conversion`` turns that into NNCF's
+``(q - zero_point) * scale`` convention. No model, graph or backend code is imported here, so the same
+functions run on numpy and torch tensors.
+"""
+
+from __future__ import annotations
+
+from nncf.tensor import Tensor
+from nncf.tensor import TensorDataType
+from nncf.tensor import functions as fns
+
+from nncf_hqq.parameters import EarlyStopScope
+from nncf_hqq.parameters import HQQParameters
+
+#: Upper bound on the inverse scale, as in the reference library (keeps constant groups finite).
+MAX_INVERSE_SCALE = 2.0e4
+#: Largest |zero point| the initialisation allows (f16 still holds integers exactly up to 2^11). Only groups
+#: that lie far from zero on one side, e.g. constant groups, reach it; groups that straddle zero never do.
+MAX_ABS_ZERO = 2048.0
+#: Added to |x| before raising it to the negative power p - 1 in the lp shrinkage operator.
+SHRINK_EPS = 1.0e-8
+
+
+def split_into_groups(weight: Tensor, reduction_axis: int, group_size: int) -> tuple[Tensor, int]:
+    """Reshapes ``weight`` so that every quantization group lies along the returned axis.
+
+    ``[a, r, b]`` with ``r`` on ``reduction_axis`` becomes ``[a, r // group_size, group_size, b]``; with
+    ``group_size == -1`` the whole reduction axis is one group and the weight is returned unchanged.
+    """
+    reduction_axis = reduction_axis % weight.ndim
+    if group_size == -1:
+        return weight, reduction_axis
+    channels = weight.shape[reduction_axis]
+    if channels % group_size != 0:
+        msg = f"Channel size {channels} is not divisible by group_size={group_size}."
+        raise ValueError(msg)
+    shape = list(weight.shape)
+    shape[reduction_axis : reduction_axis + 1] = [channels // group_size, group_size]
+    return weight.reshape(tuple(shape)), reduction_axis + 1
+
+
+def levels_max(num_bits: int) -> float:
+    """Largest unsigned code ``2^b - 1``."""
+    return float(2**num_bits - 1)
+
+
+def min_max_init(weight: Tensor, axis: int, num_bits: int) -> tuple[Tensor, Tensor]:
+    """HQQ's initialisation: inverse scale ``s = (2^b - 1) / (max - min)`` and ``z = -min * s``.
+
+    As in the reference, ``s`` is capped at ``MAX_INVERSE_SCALE``. Beyond the reference, the range is widened
+    where ``|z|`` would exceed ``MAX_ABS_ZERO``, so that constant groups (max == min) reconstruct exactly and
+    zero points stay representable in f16. Groups with ``min <= 0 <= max`` are never affected.
+    """
+    w_min = fns.min(weight, axis=axis, keepdims=True)
+    w_max = fns.max(weight, axis=axis, keepdims=True)
+    q_max = levels_max(num_bits)
+    # min(q_max / range, q_max / (|min| * q_max / MAX_ABS_ZERO), MAX_INVERSE_SCALE) without a division by zero.
+    widened = fns.maximum(w_max - w_min, fns.abs(w_min) * (q_max / MAX_ABS_ZERO))
+    inverse_scale = q_max / fns.maximum(widened, q_max / MAX_INVERSE_SCALE)
+    zero = -w_min * inverse_scale
+    return inverse_scale, zero
+
+
+def quantize(weight: Tensor, inverse_scale: Tensor, zero: Tensor, num_bits: int) -> Tensor:
+    """Integer codes ``clip(round(W * s + z), 0, 2^b - 1)`` (kept in the weight's float dtype)."""
+    return fns.clip(fns.round(weight * inverse_scale + zero), 0.0, levels_max(num_bits))
+
+
+def dequantize(codes: Tensor, inverse_scale: Tensor, zero: Tensor) -> Tensor:
+    """Reconstruction ``(Wq - z) / s``."""
+    return (codes - zero) / inverse_scale
+
+
+def shrink_lp(x: Tensor, beta: float, p: float) -> Tensor:
+    """Proximal operator of the lp quasi-norm (generalised soft thresholding) used by HQQ.
+
+    ``sign(x) * max(|x| - |x|^(p-1) / beta, 0)``; for p == 1 this is ordinary soft thresholding.
+    """
+    magnitude = fns.abs(x)
+    if p == 1.0:
+        threshold = fns.zeros_like(magnitude) + 1.0 / beta
+    else:
+        threshold = fns.power(magnitude + SHRINK_EPS, p - 1.0) / beta
+    return fns.sign(x) * fns.maximum(magnitude - threshold, 0.0)
+
+
+def zero_point_update(weight: Tensor, codes: Tensor, error: Tensor, inverse_scale: Tensor, axis: int) -> Tensor:
+    """Closed-form zero point minimising ``||Wq - (W - We) * s - z||^2`` over a group: its mean."""
+    return fns.mean(codes - (weight - error) * inverse_scale, axis=axis, keepdims=True)
+
+
+def mean_absolute_error(weight: Tensor, reconstruction: Tensor, axis: int | None) -> Tensor:
+    """Mean absolute error over the whole tensor (``axis=None``) or per group (keepdims)."""
+    diff = fns.abs(weight - reconstruction)
+    if axis is None:
+        return fns.mean(diff)
+    return fns.mean(diff, axis=axis, keepdims=True)
+
+
+def optimize_zero_point_proximal(
+    weight: Tensor, inverse_scale: Tensor, zero: Tensor, axis: int, num_bits: int, params: HQQParameters
+) -> Tensor:
+    """HQQ's half-quadratic proximal loop over the zero point (the scale stays fixed).
+
+    Each iteration quantizes with the current zero point, shrinks the reconstruction error with the lp
+    proximal operator and takes the closed-form zero-point update. With ``early_stop`` a group (or the
+    whole tensor) stops once its mean absolute error no longer decreases; with ``return_best`` the zero
+    point of its best evaluated iterate is returned, otherwise the published behaviour (the zero point of
+    the step after the last improvement) is reproduced.
+    """
+    weight = weight.astype(TensorDataType.float32)
+    error_axis = axis if params.early_stop_scope == EarlyStopScope.GROUP else None
+    beta = params.beta
+    best_error = mean_absolute_error(weight, weight, error_axis) + float("inf")
+    best_zero = zero
+    active = fns.zeros_like(best_error) == 0.0
+    for _ in range(params.iterations):
+        codes = quantize(weight, inverse_scale, zero, num_bits)
+        reconstruction = dequantize(codes, inverse_scale, zero)
+        error = mean_absolute_error(weight, reconstruction, error_axis)
+        improved = (error < best_error) & active
+        best_error = fns.where(improved, error, best_error)
+        best_zero = fns.where(improved, zero, best_zero)
+        shrunk = shrink_lp(weight - reconstruction, beta, params.lp_norm)
+        zero = fns.where(active, zero_point_update(weight, codes, shrunk, inverse_scale, axis), zero)
+        beta *= params.kappa
+        if params.early_stop:
+            active = improved
+            if not fns.any(active):
+                break
+    return best_zero if params.return_best else zero
+
+
+def hqq_solve(weight: Tensor, axis: int, num_bits: int, params: HQQParameters) -> tuple[Tensor, Tensor]:
+    """Published HQQ for grouped weights: min/max initialisation, then the proximal zero-point loop.
+
+    :param weight: weights with every group along ``axis`` (see ``split_into_groups``).
+    :return: inverse scale and float zero point, both with ``axis`` kept as size 1.
+    """
+    weight = weight.astype(TensorDataType.float32)
+    inverse_scale, zero = min_max_init(weight, axis, num_bits)
+    zero = optimize_zero_point_proximal(weight, inverse_scale, zero, axis, num_bits, params)
+    return inverse_scale, zero
+
+
+def rtn_scale_zero_point(weight: Tensor, axis: int, num_bits: int) -> tuple[Tensor, Tensor]:
+    """NNCF's round-to-nearest parameters, in NNCF's convention ``W ~ (q - zero_point) * scale``.
+
+    The range always contains 0 (``[min(0, min), max(0, max)]``) and the zero point is an integer code.
+    """
+    weight = weight.astype(TensorDataType.float32)
+    w_min = fns.minimum(fns.min(weight, axis=axis, keepdims=True), 0.0)
+    w_max = fns.maximum(fns.max(weight, axis=axis, keepdims=True), 0.0)
+    q_max = levels_max(num_bits)
+    scale = (w_max - w_min) / q_max
+    eps = float(fns.finfo(scale).eps)
+    scale = fns.where(fns.abs(scale) < eps, eps, scale)
+    zero_point = fns.clip(-fns.round(w_min / scale), 0.0, q_max)
+    return scale, zero_point

@@ -1,0 +1,59 @@
+"""Small OpenVINO models built in the tests (no downloads)."""
+
+from __future__ import annotations
+
+import numpy as np
+import openvino as ov
+from openvino import opset13 as opset
+
+HIDDEN = 128
+VOCAB = 64
+EXPERTS = 4
+
+
+def heavy_tailed(rng: np.random.Generator, shape: tuple[int, ...], scale: float = 0.05) -> np.ndarray:
+    """Student-t weights: LLM-like heavy tails."""
+    return (rng.standard_t(4, size=shape) * scale).astype(np.float32)
+
+
+def _weight(values: np.ndarray, dtype: ov.Type, name: str) -> ov.Node:
+    """A weight constant in ``dtype``, converted to f32 when stored in a lower precision (as exporters do)."""
+    if dtype == ov.Type.f32:
+        return opset.constant(values, dtype=ov.Type.f32, name=name)
+    const = opset.constant(values, dtype=dtype, name=name)
+    return opset.convert(const, ov.Type.f32)
+
+
+def transformer_like(seed: int = 0, dtype: ov.Type = ov.Type.f32, hidden: int = HIDDEN) -> ov.Model:
+    """Embedding -> RMS-norm-like scale -> two MatMul blocks (one transposed) -> 3D MoE MatMul -> lm head."""
+    rng = np.random.default_rng(seed)
+    ids = opset.parameter([1, -1], ov.Type.i64, name="input_ids")
+    table = _weight(heavy_tailed(rng, (VOCAB, hidden)), dtype, "embed_tokens")
+    x = opset.gather(table, ids, axis=0, name="embedding")
+    gamma = opset.constant((1.0 + 0.5 * rng.random(hidden)).astype(np.float32), name="norm_gamma")
+    x = opset.multiply(x, gamma, name="norm")
+    up = opset.matmul(x, _weight(heavy_tailed(rng, (2 * hidden, hidden)), dtype, "up_proj"), False, True, name="up")
+    act = opset.relu(up, name="act")
+    down = opset.matmul(act, _weight(heavy_tailed(rng, (2 * hidden, hidden)), dtype, "down_proj"), False, False)
+    x = opset.add(x, down, name="residual")
+    experts = opset.unsqueeze(x, opset.constant(np.array([0], dtype=np.int64)))  # [1, 1, S, H]
+    target = opset.constant(np.array([EXPERTS, 1, 1, hidden], dtype=np.int64))
+    experts = opset.broadcast(experts, target, broadcast_spec="BIDIRECTIONAL")
+    experts = opset.squeeze(experts, opset.constant(np.array([1], dtype=np.int64)))  # [E, S, H]
+    moe_weight = _weight(heavy_tailed(rng, (EXPERTS, hidden, hidden)), dtype, "moe_experts")
+    moe = opset.matmul(experts, moe_weight, False, True, name="moe")  # [E, S, H]
+    x = opset.add(x, opset.reduce_mean(moe, opset.constant(np.array([0], dtype=np.int64)), True), name="moe_sum")
+    logits = opset.matmul(x, _weight(heavy_tailed(rng, (VOCAB, hidden)), dtype, "lm_head"), False, True)
+    result = opset.result(logits, name="logits")
+    return ov.Model([result], [ids], "transformer_like")
+
+
+def input_ids(seed: int = 1, length: int = 16) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, VOCAB, size=(1, length), dtype=np.int64)
+
+
+def run(model: ov.Model, ids: np.ndarray) -> np.ndarray:
+    """Runs on OpenVINO CPU in f32 without activation quantization, so only weights differ between models."""
+    config = {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
+    compiled = ov.Core().compile_model(model, "CPU", config)
+    return np.asarray(compiled(ids)[0])
