@@ -11,6 +11,7 @@ from nncf.tensor import TensorBackend
 from nncf.tensor import TensorDataType
 from nncf.tensor import functions as fns
 
+from nncf_hqq import fast_path
 from nncf_hqq._nncf_glue import CompressedWeight
 from nncf_hqq._nncf_glue import WeightCompressionConfig
 from nncf_hqq._nncf_glue import WeightCompressionParameters
@@ -19,7 +20,6 @@ from nncf_hqq.conversion import hqq_to_nncf
 from nncf_hqq.conversion import to_compressed_weight
 from nncf_hqq.parameters import HQQParameters
 from nncf_hqq.parameters import ZeroPointFormat
-from nncf_hqq.solver import hqq_solve
 from nncf_hqq.solver import rtn_scale_zero_point
 from nncf_hqq.solver import split_into_groups
 
@@ -83,7 +83,7 @@ class HQQ:
         """Compresses one weight; the result's tensors are in the grouped shape NNCF uses."""
         grouped, axis = split_into_groups(as_float32_numpy(weight), reduction_axis, config.group_size)
         integer_zero_point = self.params.zero_point_format == ZeroPointFormat.INTEGER
-        inverse_scale, zero = hqq_solve(grouped, axis, config.num_bits, self.params)
+        inverse_scale, zero = fast_path.solve(grouped, axis, config.num_bits, self.params)
         scale, zero_point = hqq_to_nncf(inverse_scale, zero)
         result = to_compressed_weight(grouped, scale, zero_point, config.num_bits, integer_zero_point)
         if self.params.rtn_guard:
