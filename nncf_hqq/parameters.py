@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -59,9 +60,9 @@ class HQQParameters:
     rtn_guard: bool = False
 
     def __post_init__(self) -> None:
-        _check_number("lp_norm", self.lp_norm, 0.0 < self.lp_norm <= 1.0, "in (0, 1]")
-        _check_number("beta", self.beta, self.beta > 0.0, "> 0")
-        _check_number("kappa", self.kappa, self.kappa >= 1.0, ">= 1")
+        _check_number("lp_norm", self.lp_norm, lambda v: 0.0 < v <= 1.0, "in (0, 1]")
+        _check_number("beta", self.beta, lambda v: v > 0.0, "> 0")
+        _check_number("kappa", self.kappa, lambda v: v >= 1.0, ">= 1")
         if isinstance(self.iterations, bool) or not isinstance(self.iterations, int) or self.iterations < 0:
             msg = f"HQQParameters.iterations must be an integer >= 0, got {self.iterations!r}."
             raise nncf.ValidationError(msg)
@@ -73,9 +74,9 @@ class HQQParameters:
         _coerce_enum(self, "zero_point_format", ZeroPointFormat)
 
 
-def _check_number(name: str, value: object, ok: bool, expected: str) -> None:
+def _check_number(name: str, value: object, ok: Callable[[float], bool], expected: str) -> None:
     finite = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not finite or not ok:
+    if not finite or not ok(float(value)):  # type: ignore[arg-type]
         msg = f"HQQParameters.{name} must be a finite number {expected}, got {value!r}."
         raise nncf.ValidationError(msg)
 

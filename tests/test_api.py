@@ -1,0 +1,267 @@
+"""End to end: nncf.compress_weights(..., hqq=True) on small OpenVINO models built here."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import nncf
+import numpy as np
+import openvino as ov
+import pytest
+from nncf import CompressWeightsMode
+
+import nncf_hqq
+from nncf_hqq import _nncf_glue
+from nncf_hqq.parameters import HQQ_DEFAULT
+from tests.ov_models import input_ids
+from tests.ov_models import run
+from tests.ov_models import transformer_like
+
+INT4 = CompressWeightsMode.INT4_ASYM
+
+
+def serialized(model: ov.Model, tmp_path: Path, name: str) -> bytes:
+    """The IR and weights byte for byte, less NNCF's run-time note that it checked friendly names for duplicates."""
+    path = tmp_path / f"{name}.xml"
+    ov.save_model(model, path, compress_to_fp16=False)
+    xml = re.sub(r"\s*<nncf>\s*<friendly_names_were_updated[^>]*/>\s*</nncf>", "", path.read_text())
+    return xml.encode() + path.with_suffix(".bin").read_bytes()
+
+
+def serialized_up_to_auto_names(model: ov.Model, tmp_path: Path, name: str) -> tuple[bytes, str]:
+    """Weights byte for byte, and the IR with OpenVINO's automatic node numbers (``Convert_16389``) removed:
+    two separately built models get different automatic numbers and nothing else differs."""
+    path = tmp_path / f"{name}.xml"
+    ov.save_model(model, path, compress_to_fp16=False)
+    return path.with_suffix(".bin").read_bytes(), re.sub(r'(name="[^"]*?)_\d+"', r'\1"', path.read_text())
+
+
+def zero_point_types(model: ov.Model) -> dict[str, ov.Type]:
+    """Element type of every decompression zero-point constant, by weight name."""
+    return {
+        op.get_friendly_name().removesuffix("/zero_point"): op.get_element_type()
+        for op in model.get_ordered_ops()
+        if op.get_type_name() == "Constant" and op.get_friendly_name().endswith("/zero_point")
+    }
+
+
+def code_types(model: ov.Model, names: list[str]) -> dict[str, ov.Type]:
+    ops = {op.get_friendly_name(): op for op in model.get_ordered_ops() if op.get_type_name() == "Constant"}
+    return {name: ops[name].get_element_type() for name in names if name in ops}
+
+
+def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
+    return float(np.abs(out - ref).mean() / np.abs(ref).mean())
+
+
+@pytest.fixture(scope="module")
+def reference_output() -> np.ndarray:
+    return run(transformer_like(), input_ids())
+
+
+@pytest.mark.parametrize("hqq", [None, False, 0], ids=["none", "false", "zero"])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        pytest.param({"mode": INT4, "group_size": 32}, id="int4-g32"),
+        pytest.param({"mode": CompressWeightsMode.INT8_ASYM}, id="int8"),
+        pytest.param({"mode": CompressWeightsMode.INT4_SYM, "group_size": 32, "ratio": 0.6}, id="int4-sym-ratio"),
+    ],
+)
+def test_without_hqq_nncf_is_byte_for_byte_unchanged(tmp_path: Path, hqq: object, kwargs: dict) -> None:
+    theirs = _nncf_glue.original_compress_weights(transformer_like(), **kwargs)
+    ours = nncf.compress_weights(transformer_like(), hqq=hqq, **kwargs)
+    assert serialized_up_to_auto_names(ours, tmp_path, "ours") == serialized_up_to_auto_names(
+        theirs, tmp_path, "theirs"
+    )
+
+
+def test_import_teaches_nncf_the_hqq_option() -> None:
+    assert nncf.compress_weights is nncf_hqq.compress_weights
+    assert nncf.quantization.compress_weights is nncf_hqq.compress_weights
+
+
+@pytest.mark.parametrize("group_size", [32, 64, -1], ids=lambda g: f"g{g}")
+def test_int4_hqq_writes_u4_codes_and_f16_zero_points(group_size: int, reference_output: np.ndarray) -> None:
+    model = nncf.compress_weights(transformer_like(), mode=INT4, group_size=group_size, hqq=True)
+    zps = zero_point_types(model)
+    for name in ("up_proj", "down_proj", "moe_experts"):
+        assert zps[name] == ov.Type.f16, name
+    # Embedding and lm_head are in the INT8_ASYM backup precision: NNCF's RTN with u8 zero points.
+    assert zps["embed_tokens"] == ov.Type.u8 and zps["lm_head"] == ov.Type.u8
+    assert set(code_types(model, ["up_proj", "down_proj", "moe_experts"]).values()) == {ov.Type.u4}
+    assert relative_error(run(model, input_ids()), reference_output) < 0.15
+
+
+def test_hqq_output_error_not_above_rtn(reference_output: np.ndarray) -> None:
+    rtn = nncf.compress_weights(transformer_like(), mode=INT4, group_size=32)
+    hqq = nncf.compress_weights(transformer_like(), mode=INT4, group_size=32, hqq=True)
+    ids = input_ids()
+    assert relative_error(run(hqq, ids), reference_output) <= relative_error(run(rtn, ids), reference_output)
+
+
+def test_moe_weight_keeps_expert_axis() -> None:
+    model = nncf.compress_weights(transformer_like(), mode=INT4, group_size=32, hqq=True)
+    shapes = {
+        op.get_friendly_name(): tuple(op.get_output_shape(0))
+        for op in model.get_ordered_ops()
+        if op.get_type_name() == "Constant"
+    }
+    assert shapes["moe_experts/zero_point"] == (4, 128, 4, 1)
+    assert shapes["moe_experts"] == (4, 128, 4, 32)
+
+
+def test_int8_mode_compresses_every_layer_with_hqq(reference_output: np.ndarray) -> None:
+    model = nncf.compress_weights(transformer_like(), mode=CompressWeightsMode.INT8_ASYM, hqq=True)
+    rtn = nncf.compress_weights(transformer_like(), mode=CompressWeightsMode.INT8_ASYM)
+    zps = zero_point_types(model)
+    assert set(zps) == {"embed_tokens", "up_proj", "down_proj", "moe_experts", "lm_head"}
+    assert set(zps.values()) == {ov.Type.f16}
+    hqq_error = relative_error(run(model, input_ids()), reference_output)
+    assert hqq_error < 0.02
+    assert hqq_error <= relative_error(run(rtn, input_ids()), reference_output)
+
+
+def test_all_layers_puts_embedding_and_head_in_hqq_int4(reference_output: np.ndarray) -> None:
+    model = nncf.compress_weights(transformer_like(), mode=INT4, group_size=32, all_layers=True, hqq=True)
+    assert set(zero_point_types(model).values()) == {ov.Type.f16}
+    assert relative_error(run(model, input_ids()), reference_output) < 0.2
+
+
+def test_ratio_uses_data_free_mixed_precision() -> None:
+    model = nncf.compress_weights(transformer_like(), mode=INT4, group_size=32, ratio=0.9, hqq=True)
+    zps = zero_point_types(model)
+    # The layer with the largest int4 error goes to the INT8_ASYM backup (RTN, u8 zero point), the rest to HQQ int4.
+    assert {name for name, t in zps.items() if t == ov.Type.f16} == {"down_proj", "moe_experts"}
+    assert zps["up_proj"] == ov.Type.u8
+
+
+def test_backup_mode_none_keeps_backup_layers_float() -> None:
+    model = nncf.compress_weights(
+        transformer_like(), mode=INT4, group_size=32, backup_mode=nncf.BackupMode.NONE, hqq=True
+    )
+    assert set(zero_point_types(model)) == {"up_proj", "down_proj", "moe_experts"}
+
+
+def test_ignored_scope_layer_stays_float() -> None:
+    scope = nncf.IgnoredScope(names=["up"])
+    model = nncf.compress_weights(transformer_like(), mode=INT4, group_size=32, ignored_scope=scope, hqq=True)
+    assert "up_proj" not in zero_point_types(model)
+    assert zero_point_types(model)["down_proj"] == ov.Type.f16
+
+
+@pytest.mark.parametrize("dtype", [ov.Type.f32, ov.Type.f16, ov.Type.bf16], ids=["f32", "f16", "bf16"])
+def test_source_weight_dtypes(dtype: ov.Type) -> None:
+    original = run(transformer_like(dtype=dtype), input_ids())
+    model = nncf.compress_weights(transformer_like(dtype=dtype), mode=INT4, group_size=32, hqq=True)
+    assert zero_point_types(model)["up_proj"] == ov.Type.f16
+    assert relative_error(run(model, input_ids()), original) < 0.15
+
+
+def test_save_and_read_round_trip_is_bit_identical(tmp_path: Path) -> None:
+    model = nncf.compress_weights(transformer_like(), mode=INT4, group_size=32, hqq=True)
+    ov.save_model(model, tmp_path / "model.xml")
+    loaded = ov.Core().read_model(tmp_path / "model.xml")
+    assert zero_point_types(loaded)["up_proj"] == ov.Type.f16
+    ids = input_ids()
+    np.testing.assert_array_equal(run(loaded, ids), run(model, ids))
+
+
+def test_hqq_params_dict_and_advanced_parameters_are_equivalent(tmp_path: Path) -> None:
+    params = dataclasses.replace(HQQ_DEFAULT, iterations=3)
+    a = nncf.compress_weights(transformer_like(), mode=INT4, group_size=32, hqq=True, hqq_params=params)
+    b = nncf.compress_weights(transformer_like(), mode=INT4, group_size=32, hqq=True, hqq_params={"iterations": 3})
+    advanced = nncf_hqq.AdvancedCompressionParameters(hqq_params=params)
+    c = nncf.compress_weights(transformer_like(), mode=INT4, group_size=32, hqq=True, advanced_parameters=advanced)
+    d = nncf.compress_weights(transformer_like(), mode=INT4, group_size=32, hqq=True)
+    assert serialized_up_to_auto_names(a, tmp_path, "a") == serialized_up_to_auto_names(b, tmp_path, "b")
+    ids = input_ids()
+    np.testing.assert_array_equal(run(a, ids), run(c, ids))
+    assert not np.array_equal(run(a, ids), run(d, ids))
+
+
+def weight_with_nan() -> ov.Model:
+    model = transformer_like()
+    for op in model.get_ordered_ops():
+        if op.get_friendly_name() == "down_proj":
+            values = op.get_data().copy()
+            values[3, 5] = np.nan
+            op.output(0).get_target_inputs().pop().replace_source_output(
+                ov.opset13.constant(values, name="down_proj").output(0)
+            )
+    return model
+
+
+ERROR_CASES = [
+    pytest.param({"mode": CompressWeightsMode.INT4_SYM}, nncf.ValidationError, "INT4_ASYM, INT8_ASYM", id="int4-sym"),
+    pytest.param({"mode": CompressWeightsMode.NF4}, nncf.ValidationError, "got mode=NF4", id="nf4"),
+    pytest.param({"mode": CompressWeightsMode.CB4}, nncf.ValidationError, "got mode=CB4", id="codebook"),
+    pytest.param({"mode": CompressWeightsMode.MXFP4}, nncf.ValidationError, "MXFP4", id="mxfp4"),
+    pytest.param({"mode": INT4, "gptq": True}, nncf.ValidationError, "GPTQ", id="gptq"),
+    pytest.param({"mode": INT4, "hqq_params": {"beta": -1}}, nncf.ValidationError, "beta", id="bad-beta"),
+    pytest.param({"mode": INT4, "hqq_params": {"betta": 1}}, nncf.ValidationError, "betta", id="unknown-param"),
+    pytest.param({"mode": INT4, "hqq_params": 3}, nncf.ValidationError, "HQQParameters", id="params-type"),
+    pytest.param({"mode": INT4, "group_size": 48}, nncf.InvalidGroupSizeError, "", id="bad-group-size"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "error", "message"), ERROR_CASES)
+def test_errors_leave_the_model_untouched(tmp_path: Path, kwargs: dict, error: type[Exception], message: str) -> None:
+    model = transformer_like()
+    before = serialized(model, tmp_path, "before")
+    with pytest.raises(error, match=message):
+        nncf.compress_weights(model, hqq=True, **kwargs)
+    assert serialized(model, tmp_path, "after") == before
+
+
+def test_nan_weight_is_named_and_model_untouched(tmp_path: Path) -> None:
+    model = weight_with_nan()
+    before = serialized(model, tmp_path, "before")
+    with pytest.raises(nncf.ValidationError, match=r"down_proj.*NaN or Inf"):
+        nncf.compress_weights(model, mode=INT4, group_size=32, hqq=True)
+    assert serialized(model, tmp_path, "after") == before
+
+
+def test_hqq_params_without_hqq_is_an_error() -> None:
+    with pytest.raises(nncf.ValidationError, match="hqq=True"):
+        nncf.compress_weights(transformer_like(), mode=INT4, hqq_params={"iterations": 3})
+
+
+def test_params_given_twice_is_an_error() -> None:
+    advanced = nncf_hqq.AdvancedCompressionParameters(hqq_params=HQQ_DEFAULT)
+    with pytest.raises(nncf.ValidationError, match="given twice"):
+        nncf.compress_weights(
+            transformer_like(), mode=INT4, hqq=True, hqq_params=HQQ_DEFAULT, advanced_parameters=advanced
+        )
+
+
+def test_non_openvino_model_is_unsupported_backend() -> None:
+    with pytest.raises(nncf.UnsupportedBackendError, match=r"OpenVINO backend only.*numpy\.ndarray"):
+        nncf.compress_weights(np.zeros((8, 8), np.float32), mode=INT4, hqq=True)
+
+
+def test_torch_model_is_unsupported_backend() -> None:
+    torch = pytest.importorskip("torch")
+    with pytest.raises(nncf.UnsupportedBackendError, match=r"OpenVINO backend only.*torch\.nn"):
+        nncf.compress_weights(torch.nn.Linear(8, 8), mode=INT4, hqq=True)
+
+
+def test_untested_nncf_version_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(nncf, "__version__", "9.9.9")
+    monkeypatch.delenv(_nncf_glue.ALLOW_UNTESTED_ENV, raising=False)
+    with pytest.raises(nncf.UnsupportedVersionError, match=r"nncf 9\.9\.9 is installed"):
+        nncf.compress_weights(transformer_like(), mode=INT4, hqq=True)
+    monkeypatch.setenv(_nncf_glue.ALLOW_UNTESTED_ENV, "1")
+    nncf.compress_weights(transformer_like(), mode=INT4, group_size=32, hqq=True)
+
+
+def test_weight_compression_class_is_restored_after_call_and_error() -> None:
+    import nncf.openvino.quantization.quantize_model as ov_qm
+
+    original = ov_qm.WeightCompression
+    nncf.compress_weights(transformer_like(), mode=INT4, group_size=32, hqq=True)
+    with pytest.raises(nncf.ValidationError):
+        nncf.compress_weights(weight_with_nan(), mode=INT4, group_size=32, hqq=True)
+    assert ov_qm.WeightCompression is original
