@@ -87,13 +87,18 @@ class HQQOVBackend(OVWeightCompressionAlgoBackend):
         precomputed_compressed_weight: CompressedWeight | None = None,
     ) -> tuple[ov.Node, CompressedWeight]:
         from nncf_hqq.algorithm import single_reduction_axis
+        from nncf_hqq.importance import norm_gain_importance
         from nncf_hqq.openvino_subgraph import float_zero_point_decompression
         from nncf_hqq.openvino_subgraph import is_float_zero_point
 
         compressed = precomputed_compressed_weight
         if compressed is None and self.hqq.is_applicable(compression_config):
             axis = single_reduction_axis(reduction_axes, const_node_name)
-            compressed = self.hqq.compress(weight, axis, compression_config)
+            importance = None
+            if self.hqq.uses_norm_gain:
+                const_node = self.name_to_node_mapping[const_node_name]
+                importance = norm_gain_importance(const_node, weight.shape[axis])
+            compressed = self.hqq.compress(weight, axis, compression_config, importance)
         if compressed is None or not is_float_zero_point(compressed):
             return super()._create_compression_subgraph(
                 weight,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import numpy as np
 from nncf import CompressWeightsMode
 from nncf.common.logging.track_progress import track
 from nncf.tensor import Tensor
@@ -19,9 +20,13 @@ from nncf_hqq.conversion import decompress
 from nncf_hqq.conversion import hqq_to_nncf
 from nncf_hqq.conversion import to_compressed_weight
 from nncf_hqq.parameters import HQQParameters
+from nncf_hqq.parameters import Importance
 from nncf_hqq.parameters import ZeroPointFormat
+from nncf_hqq.solver import hqq_solve
+from nncf_hqq.solver import refine_least_squares
 from nncf_hqq.solver import rtn_scale_zero_point
 from nncf_hqq.solver import split_into_groups
+from nncf_hqq.solver import weighted_mean
 
 #: The compression modes HQQ handles.
 SUPPORTED_MODES = (CompressWeightsMode.INT4_ASYM, CompressWeightsMode.INT8_ASYM)
@@ -43,10 +48,22 @@ def as_float32_numpy(weight: Tensor) -> Tensor:
     return weight.astype(TensorDataType.float32)
 
 
-def group_squared_error(grouped_weight: Tensor, compressed: CompressedWeight, axis: int) -> Tensor:
-    """Per-group sum of squared reconstruction errors (keepdims)."""
+def stored_group_error(
+    grouped_weight: Tensor, compressed: CompressedWeight, axis: int, importance: Tensor | None
+) -> Tensor:
+    """Per-group (importance-weighted) mean squared error of the weights as stored (keepdims)."""
     diff = decompress(compressed) - grouped_weight
-    return fns.sum(diff * diff, axis=axis, keepdims=True)
+    return weighted_mean(diff * diff, importance, axis)
+
+
+def importance_along_groups(
+    importance: np.ndarray, weight_shape: tuple[int, ...], reduction_axis: int, group_size: int
+) -> Tensor:
+    """A per-input-channel vector reshaped to broadcast against the grouped weight."""
+    shape = [1] * len(weight_shape)
+    shape[reduction_axis] = importance.size
+    grouped, _ = split_into_groups(Tensor(importance.reshape(shape)), reduction_axis, group_size)
+    return grouped
 
 
 def choose_per_group(use_first: Tensor, first: CompressedWeight, second: CompressedWeight) -> CompressedWeight:
@@ -79,18 +96,41 @@ class HQQ:
         """Whether HQQ decides the quantization parameters of a weight compressed with ``config``."""
         return config is not None and config.mode == self.mode
 
-    def compress(self, weight: Tensor, reduction_axis: int, config: WeightCompressionConfig) -> CompressedWeight:
-        """Compresses one weight; the result's tensors are in the grouped shape NNCF uses."""
+    @property
+    def uses_norm_gain(self) -> bool:
+        """Whether ``compress`` expects norm-gain importance for layers that have it."""
+        return self.params.importance == Importance.NORM_GAIN
+
+    def compress(
+        self,
+        weight: Tensor,
+        reduction_axis: int,
+        config: WeightCompressionConfig,
+        importance: np.ndarray | None = None,
+    ) -> CompressedWeight:
+        """Compresses one weight; the result's tensors are in the grouped shape NNCF uses.
+
+        :param importance: optional per-input-channel weights (length ``weight.shape[reduction_axis]``).
+        """
+        params, bits = self.params, config.num_bits
         grouped, axis = split_into_groups(as_float32_numpy(weight), reduction_axis, config.group_size)
-        integer_zero_point = self.params.zero_point_format == ZeroPointFormat.INTEGER
-        inverse_scale, zero = fast_path.solve(grouped, axis, config.num_bits, self.params)
-        scale, zero_point = hqq_to_nncf(inverse_scale, zero)
-        result = to_compressed_weight(grouped, scale, zero_point, config.num_bits, integer_zero_point)
-        if self.params.rtn_guard:
-            rtn_scale, rtn_zero_point = rtn_scale_zero_point(grouped, axis, config.num_bits)
-            rtn = to_compressed_weight(grouped, rtn_scale, rtn_zero_point, config.num_bits, True)
-            hqq_better = group_squared_error(grouped, result, axis) <= group_squared_error(grouped, rtn, axis)
-            result = choose_per_group(hqq_better, result, rtn)
+        weights = None
+        if importance is not None:
+            weights = importance_along_groups(importance, tuple(weight.shape), reduction_axis, config.group_size)
+        integer_zero_point = params.zero_point_format == ZeroPointFormat.INTEGER
+        if weights is None:
+            inverse_scale, zero = fast_path.solve(grouped, axis, bits, params)
+        else:
+            inverse_scale, zero = hqq_solve(grouped, axis, bits, params, weights)
+        if params.refine_rounds or integer_zero_point:
+            inverse_scale, zero = refine_least_squares(
+                grouped, inverse_scale, zero, axis, bits, params.refine_rounds, weights, integer_zero_point
+            )
+        result = to_compressed_weight(grouped, *hqq_to_nncf(inverse_scale, zero), bits, integer_zero_point)
+        if params.rtn_guard:
+            rtn = to_compressed_weight(grouped, *rtn_scale_zero_point(grouped, axis, bits), bits, True)
+            errors = (stored_group_error(grouped, c, axis, weights) for c in (result, rtn))
+            result = choose_per_group(next(errors) <= next(errors), result, rtn)
         return result
 
     def apply(

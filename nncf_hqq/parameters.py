@@ -32,6 +32,19 @@ class EarlyStopScope(str, Enum):
     GROUP = "group"
 
 
+class Importance(str, Enum):
+    """Data-free weighting of the input channels of a MatMul in HQQ's objectives.
+
+    NONE: every weight counts the same (the published objective).
+    NORM_GAIN: input channel j counts gamma_j^2, where gamma is the per-channel gain of the normalisation
+        layer (RMSNorm/LayerNorm multiplier) that feeds the MatMul: the expected energy of that input channel.
+        MatMuls not fed by such a gain keep equal weights.
+    """
+
+    NONE = "none"
+    NORM_GAIN = "norm_gain"
+
+
 @dataclass(frozen=True)
 class HQQParameters:
     """Hyper-parameters of Half-Quadratic Quantization (Badri & Shaji, 2023).
@@ -45,8 +58,12 @@ class HQQParameters:
     :param return_best: return the best iterate seen. The published solver instead returns the zero point
         produced by the step after the last improvement (a step that was never evaluated).
     :param zero_point_format: FLOAT (f16 zero point) or INTEGER (u4/u8 zero point, optimised under the constraint).
-    :param rtn_guard: per group, keep NNCF's round-to-nearest result where it reconstructs the weight better,
-        so that the weight error is never above RTN's.
+    :param rtn_guard: per group, keep NNCF's round-to-nearest result where it reconstructs the weight better
+        (by the same, possibly importance-weighted, squared error), so that this error is never above RTN's.
+    :param refine_rounds: rounds of alternating least squares after the proximal loop: nearest codes, then the
+        (weighted) least-squares scale and zero point for those codes; every group keeps its best iterate. With
+        an INTEGER zero point, the zero point is rounded first and only the scale is refit.
+    :param importance: data-free weighting of input channels in every objective (see ``Importance``).
     """
 
     lp_norm: float = 0.7
@@ -58,20 +75,25 @@ class HQQParameters:
     return_best: bool = True
     zero_point_format: ZeroPointFormat = ZeroPointFormat.FLOAT
     rtn_guard: bool = False
+    refine_rounds: int = 0
+    importance: Importance = Importance.NONE
 
     def __post_init__(self) -> None:
         _check_number("lp_norm", self.lp_norm, lambda v: 0.0 < v <= 1.0, "in (0, 1]")
         _check_number("beta", self.beta, lambda v: v > 0.0, "> 0")
         _check_number("kappa", self.kappa, lambda v: v >= 1.0, ">= 1")
-        if isinstance(self.iterations, bool) or not isinstance(self.iterations, int) or self.iterations < 0:
-            msg = f"HQQParameters.iterations must be an integer >= 0, got {self.iterations!r}."
-            raise nncf.ValidationError(msg)
+        for name in ("iterations", "refine_rounds"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                msg = f"HQQParameters.{name} must be an integer >= 0, got {value!r}."
+                raise nncf.ValidationError(msg)
         for name in ("early_stop", "return_best", "rtn_guard"):
             if not isinstance(getattr(self, name), bool):
                 msg = f"HQQParameters.{name} must be a bool, got {getattr(self, name)!r}."
                 raise nncf.ValidationError(msg)
         _coerce_enum(self, "early_stop_scope", EarlyStopScope)
         _coerce_enum(self, "zero_point_format", ZeroPointFormat)
+        _coerce_enum(self, "importance", Importance)
 
 
 def _check_number(name: str, value: object, ok: Callable[[float], bool], expected: str) -> None:

@@ -88,21 +88,38 @@ def shrink_lp(x: Tensor, beta: float, p: float) -> Tensor:
     return fns.sign(x) * fns.maximum(magnitude - threshold, 0.0)
 
 
-def zero_point_update(weight: Tensor, codes: Tensor, error: Tensor, inverse_scale: Tensor, axis: int) -> Tensor:
-    """Closed-form zero point minimising ``||Wq - (W - We) * s - z||^2`` over a group: its mean."""
-    return fns.mean(codes - (weight - error) * inverse_scale, axis=axis, keepdims=True)
-
-
-def mean_absolute_error(weight: Tensor, reconstruction: Tensor, axis: int | None) -> Tensor:
-    """Mean absolute error over the whole tensor (``axis=None``) or per group (keepdims)."""
-    diff = fns.abs(weight - reconstruction)
+def weighted_mean(x: Tensor, importance: Tensor | None, axis: int | None) -> Tensor:
+    """Mean over ``axis`` (keepdims; ``None``: the whole tensor), weighted by ``importance`` when given."""
+    if importance is None:
+        return fns.mean(x) if axis is None else fns.mean(x, axis=axis, keepdims=True)
+    weights = fns.zeros_like(x) + importance
     if axis is None:
-        return fns.mean(diff)
-    return fns.mean(diff, axis=axis, keepdims=True)
+        return fns.sum(x * weights) / fns.sum(weights)
+    return fns.sum(x * weights, axis=axis, keepdims=True) / fns.sum(weights, axis=axis, keepdims=True)
+
+
+def zero_point_update(
+    weight: Tensor, codes: Tensor, error: Tensor, inverse_scale: Tensor, axis: int, importance: Tensor | None = None
+) -> Tensor:
+    """Closed-form zero point minimising ``||Wq - (W - We) * s - z||^2`` over a group: its (weighted) mean."""
+    return weighted_mean(codes - (weight - error) * inverse_scale, importance, axis)
+
+
+def mean_absolute_error(
+    weight: Tensor, reconstruction: Tensor, axis: int | None, importance: Tensor | None = None
+) -> Tensor:
+    """(Importance-weighted) mean absolute error over the whole tensor (``axis=None``) or per group."""
+    return weighted_mean(fns.abs(weight - reconstruction), importance, axis)
 
 
 def optimize_zero_point_proximal(
-    weight: Tensor, inverse_scale: Tensor, zero: Tensor, axis: int, num_bits: int, params: HQQParameters
+    weight: Tensor,
+    inverse_scale: Tensor,
+    zero: Tensor,
+    axis: int,
+    num_bits: int,
+    params: HQQParameters,
+    importance: Tensor | None = None,
 ) -> Tensor:
     """HQQ's half-quadratic proximal loop over the zero point (the scale stays fixed).
 
@@ -110,7 +127,8 @@ def optimize_zero_point_proximal(
     proximal operator and takes the closed-form zero-point update. With ``early_stop`` a group (or the
     whole tensor) stops once its mean absolute error no longer decreases; with ``return_best`` the zero
     point of its best evaluated iterate is returned, otherwise the published behaviour (the zero point of
-    the step after the last improvement) is reproduced.
+    the step after the last improvement) is reproduced. ``importance`` (broadcastable to ``weight``) turns the
+    zero-point update and the error into weighted means.
     """
     weight = weight.astype(TensorDataType.float32)
     error_axis = axis if params.early_stop_scope == EarlyStopScope.GROUP else None
@@ -121,12 +139,13 @@ def optimize_zero_point_proximal(
     for _ in range(params.iterations):
         codes = quantize(weight, inverse_scale, zero, num_bits)
         reconstruction = dequantize(codes, inverse_scale, zero)
-        error = mean_absolute_error(weight, reconstruction, error_axis)
+        error = mean_absolute_error(weight, reconstruction, error_axis, importance)
         improved = (error < best_error) & active
         best_error = fns.where(improved, error, best_error)
         best_zero = fns.where(improved, zero, best_zero)
         shrunk = shrink_lp(weight - reconstruction, beta, params.lp_norm)
-        zero = fns.where(active, zero_point_update(weight, codes, shrunk, inverse_scale, axis), zero)
+        update = zero_point_update(weight, codes, shrunk, inverse_scale, axis, importance)
+        zero = fns.where(active, update, zero)
         beta *= params.kappa
         if params.early_stop:
             active = improved
@@ -135,16 +154,91 @@ def optimize_zero_point_proximal(
     return best_zero if params.return_best else zero
 
 
-def hqq_solve(weight: Tensor, axis: int, num_bits: int, params: HQQParameters) -> tuple[Tensor, Tensor]:
+def hqq_solve(
+    weight: Tensor, axis: int, num_bits: int, params: HQQParameters, importance: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """Published HQQ for grouped weights: min/max initialisation, then the proximal zero-point loop.
 
     :param weight: weights with every group along ``axis`` (see ``split_into_groups``).
+    :param importance: optional per-element weights of the objective, broadcastable to ``weight``.
     :return: inverse scale and float zero point, both with ``axis`` kept as size 1.
     """
     weight = weight.astype(TensorDataType.float32)
     inverse_scale, zero = min_max_init(weight, axis, num_bits)
-    zero = optimize_zero_point_proximal(weight, inverse_scale, zero, axis, num_bits, params)
+    zero = optimize_zero_point_proximal(weight, inverse_scale, zero, axis, num_bits, params, importance)
     return inverse_scale, zero
+
+
+def group_squared_error(
+    weight: Tensor, inverse_scale: Tensor, zero: Tensor, axis: int, num_bits: int, importance: Tensor | None
+) -> Tensor:
+    """Per-group (importance-weighted) mean squared reconstruction error, keepdims."""
+    diff = dequantize(quantize(weight, inverse_scale, zero, num_bits), inverse_scale, zero) - weight
+    return weighted_mean(diff * diff, importance, axis)
+
+
+def least_squares_scale_zero(
+    weight: Tensor, codes: Tensor, axis: int, importance: Tensor | None, previous: tuple[Tensor, Tensor]
+) -> tuple[Tensor, Tensor]:
+    """Best ``(s, z)`` for fixed codes: the weighted linear regression ``W ~ a * Wq + b``, ``s = 1/a``, ``z = -b/a``.
+
+    Groups where the regression is degenerate (all codes equal) or not increasing keep ``previous``.
+    """
+    mean_codes = weighted_mean(codes, importance, axis)
+    mean_weight = weighted_mean(weight, importance, axis)
+    centred = codes - mean_codes
+    variance = weighted_mean(centred * centred, importance, axis)
+    covariance = weighted_mean(centred * (weight - mean_weight), importance, axis)
+    valid = (variance > 0.0) & (covariance > 0.0)
+    slope = fns.where(valid, covariance, 1.0) / fns.where(valid, variance, 1.0)
+    inverse_scale = fns.where(valid, 1.0 / slope, previous[0])
+    zero = fns.where(valid, mean_codes - mean_weight / slope, previous[1])
+    return inverse_scale, zero
+
+
+def least_squares_scale_for_zero(
+    weight: Tensor, codes: Tensor, zero: Tensor, axis: int, importance: Tensor | None, previous: Tensor
+) -> Tensor:
+    """Best inverse scale for fixed codes and zero point: ``a = <W, Wq - z> / <Wq - z, Wq - z>``, ``s = 1/a``."""
+    shifted = codes - zero
+    numerator = weighted_mean(weight * shifted, importance, axis)
+    denominator = weighted_mean(shifted * shifted, importance, axis)
+    valid = (denominator > 0.0) & (numerator > 0.0)
+    return fns.where(valid, fns.where(valid, denominator, 1.0) / fns.where(valid, numerator, 1.0), previous)
+
+
+def refine_least_squares(
+    weight: Tensor,
+    inverse_scale: Tensor,
+    zero: Tensor,
+    axis: int,
+    num_bits: int,
+    rounds: int,
+    importance: Tensor | None = None,
+    integer_zero: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """Alternates nearest codes and a least-squares refit of the scale (and of the zero point, unless it must
+    stay an integer code), keeping every group's best iterate by (weighted) squared error.
+
+    With ``integer_zero`` the zero point is first rounded to the nearest code and then only the scale is refit,
+    so the optimisation happens under the integer constraint instead of rounding at the end.
+    """
+    weight = weight.astype(TensorDataType.float32)
+    if integer_zero:
+        zero = fns.clip(fns.round(zero), 0.0, levels_max(num_bits))
+    best = (inverse_scale, zero)
+    best_error = group_squared_error(weight, inverse_scale, zero, axis, num_bits, importance)
+    for _ in range(rounds):
+        codes = quantize(weight, inverse_scale, zero, num_bits)
+        if integer_zero:
+            inverse_scale = least_squares_scale_for_zero(weight, codes, zero, axis, importance, inverse_scale)
+        else:
+            inverse_scale, zero = least_squares_scale_zero(weight, codes, axis, importance, (inverse_scale, zero))
+        error = group_squared_error(weight, inverse_scale, zero, axis, num_bits, importance)
+        better = error < best_error
+        best = (fns.where(better, inverse_scale, best[0]), fns.where(better, zero, best[1]))
+        best_error = fns.where(better, error, best_error)
+    return best
 
 
 def rtn_scale_zero_point(weight: Tensor, axis: int, num_bits: int) -> tuple[Tensor, Tensor]:
