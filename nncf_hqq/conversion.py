@@ -51,7 +51,7 @@ def to_compressed_weight(
     """Builds NNCF's ``CompressedWeight`` (codes, scale, zero point) from NNCF-convention parameters.
 
     The scale is rounded to f16 (kept positive and finite); a float zero point is rounded to f16, an
-    integer one is rounded and clipped to the code range and stored as uint8. Codes are recomputed
+    integer one is rounded and clipped to the code range and kept as int32 (like NNCF's RTN). Codes are recomputed
     against exactly those stored values.
     """
     scale = round_to_f16(fns.abs(scale), F16_TINY, F16_MAX)
@@ -61,7 +61,7 @@ def to_compressed_weight(
         zero_point = round_to_f16(zero_point, -F16_MAX, F16_MAX)
     codes = encode(grouped_weight, scale, zero_point, num_bits)
     if integer_zero_point:
-        zero_point = zero_point.astype(TensorDataType.uint8)
+        zero_point = zero_point.astype(TensorDataType.int32)
     return CompressedWeight(codes, scale, zero_point)
 
 

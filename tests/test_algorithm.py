@@ -87,11 +87,11 @@ def test_compressed_weight_matches_solver_up_to_f16_rounding() -> None:
     assert stored_mae == pytest.approx(solver_mae, rel=2e-3)
 
 
-def test_integer_zero_point_output_is_uint8_codes() -> None:
+def test_integer_zero_point_output_is_int32_codes() -> None:
     hqq = HQQ(HQQParameters(zero_point_format="integer"))
     compressed = hqq.compress(Tensor(heavy_tailed((16, 64))), 1, INT4)
-    assert compressed.zero_point.data.dtype == np.uint8
-    assert compressed.zero_point.data.max() <= 15
+    assert compressed.zero_point.data.dtype == np.int32
+    assert compressed.zero_point.data.min() >= 0 and compressed.zero_point.data.max() <= 15
 
 
 def test_rtn_parameters_equal_nncf() -> None:

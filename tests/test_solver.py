@@ -18,11 +18,16 @@ from nncf_hqq.parameters import HQQ_REFERENCE
 from nncf_hqq.parameters import EarlyStopScope
 from nncf_hqq.parameters import HQQParameters
 from nncf_hqq.solver import dequantize
+from nncf_hqq.solver import group_squared_error
 from nncf_hqq.solver import hqq_solve
+from nncf_hqq.solver import least_squares_scale_for_zero
+from nncf_hqq.solver import least_squares_scale_zero
 from nncf_hqq.solver import min_max_init
 from nncf_hqq.solver import quantize
+from nncf_hqq.solver import refine_least_squares
 from nncf_hqq.solver import shrink_lp
 from nncf_hqq.solver import split_into_groups
+from nncf_hqq.solver import weighted_mean
 from nncf_hqq.solver import zero_point_update
 from tests.reference_hqq import published_hqq
 from tests.reference_hqq import reconstruct
@@ -195,3 +200,65 @@ def test_split_into_groups_and_errors() -> None:
     assert grouped.shape == (2, 12) and axis == 1
     with pytest.raises(ValueError, match="not divisible by group_size=5"):
         split_into_groups(w, 1, 5)
+
+
+def test_least_squares_recovers_an_exact_affine_map() -> None:
+    codes = Tensor(np.array([[0.0, 3.0, 7.0, 15.0, 9.0]], dtype=np.float32))
+    slope, intercept = 0.125, -0.75  # W = 0.125 * q - 0.75  =>  s = 8, z = 6
+    weight = codes * slope + intercept
+    previous = (Tensor(np.ones((1, 1), np.float32)), Tensor(np.zeros((1, 1), np.float32)))
+    s, z = least_squares_scale_zero(weight, codes, 1, None, previous)
+    np.testing.assert_allclose(s.data, [[8.0]], rtol=1e-6)
+    np.testing.assert_allclose(z.data, [[6.0]], rtol=1e-6)
+    s_fixed = least_squares_scale_for_zero(weight, codes, Tensor(np.full((1, 1), 6.0, np.float32)), 1, None, s)
+    np.testing.assert_allclose(s_fixed.data, [[8.0]], rtol=1e-6)
+
+
+def test_least_squares_keeps_previous_parameters_for_degenerate_groups() -> None:
+    codes = Tensor(np.full((1, 4), 5.0, dtype=np.float32))
+    weight = Tensor(np.array([[0.1, 0.2, 0.3, 0.4]], dtype=np.float32))
+    previous = (Tensor(np.full((1, 1), 2.0, np.float32)), Tensor(np.full((1, 1), 1.0, np.float32)))
+    s, z = least_squares_scale_zero(weight, codes, 1, None, previous)
+    assert s.data.item() == 2.0 and z.data.item() == 1.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(finite_groups, st.booleans(), st.booleans())
+def test_refinement_never_increases_group_error(groups: np.ndarray, integer_zero: bool, weighted: bool) -> None:
+    t = Tensor(groups)
+    importance = Tensor(np.linspace(0.1, 2.0, groups.shape[1], dtype=np.float32)[None]) if weighted else None
+    s0, z0 = hqq_solve(t, 1, 4, HQQ_DEFAULT, importance)
+    if integer_zero:
+        z0 = fns.clip(fns.round(z0), 0.0, 15.0)
+    s, z = refine_least_squares(t, s0, z0, 1, 4, 4, importance, integer_zero)
+    before = group_squared_error(t, s0, z0, 1, 4, importance).data
+    after = group_squared_error(t, s, z, 1, 4, importance).data
+    assert np.all(after <= before)
+    if integer_zero:
+        assert np.array_equal(z.data, np.round(z.data)) and z.data.min() >= 0 and z.data.max() <= 15
+
+
+def test_refinement_lowers_weight_error_of_heavy_tailed_weights() -> None:
+    groups = heavy_tailed((512, 64), seed=21)
+    t = Tensor(groups)
+    s0, z0 = hqq_solve(t, 1, 4, HQQ_DEFAULT)
+    s, z = refine_least_squares(t, s0, z0, 1, 4, 5)
+    before = group_squared_error(t, s0, z0, 1, 4, None).data.mean()
+    assert group_squared_error(t, s, z, 1, 4, None).data.mean() < 0.97 * before
+
+
+def test_importance_weighting_lowers_the_weighted_error() -> None:
+    groups = heavy_tailed((512, 64), seed=22)
+    t = Tensor(groups)
+    importance = Tensor((np.random.default_rng(0).lognormal(0, 1.5, 64).astype(np.float32))[None])
+    plain = refine_least_squares(t, *hqq_solve(t, 1, 4, HQQ_DEFAULT), 1, 4, 5)
+    weighted = refine_least_squares(t, *hqq_solve(t, 1, 4, HQQ_DEFAULT, importance), 1, 4, 5, importance)
+    error_plain = group_squared_error(t, *plain, 1, 4, importance).data.mean()
+    assert group_squared_error(t, *weighted, 1, 4, importance).data.mean() < 0.9 * error_plain
+
+
+def test_weighted_mean_with_uniform_importance_is_the_mean() -> None:
+    x = Tensor(heavy_tailed((8, 16)))
+    ones = Tensor(np.full((1, 16), 3.0, np.float32))
+    np.testing.assert_allclose(weighted_mean(x, ones, 1).data, weighted_mean(x, None, 1).data, rtol=1e-5)
+    np.testing.assert_allclose(weighted_mean(x, ones, None).data, weighted_mean(x, None, None).data, rtol=1e-5)

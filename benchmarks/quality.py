@@ -1,0 +1,140 @@
+"""Model quality of HQQ variants vs NNCF's RTN on real models (shared/PROTOCOL.md).
+
+    python benchmarks/quality.py --model smollm2                      # the whole SmolLM2 table
+    python benchmarks/quality.py --model smollm2 --windows 10 --rows rtn,hqq_reference,default
+    python benchmarks/quality.py --model qwen --windows 20            # Qwen2.5-1.5B-shaped, g128
+    python benchmarks/quality.py --model minilm                       # all-MiniLM-L6-v2, embedding cosine
+
+Every row compresses the same float model (INT4_ASYM, ratio 1, backup_mode NONE: only decoder/encoder
+MatMul weights differ between rows) and is evaluated on identical inputs. Prints a table, writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import platform
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import nncf
+import openvino as ov
+
+import nncf_hqq
+from nncf_hqq import HQQ_DEFAULT
+from nncf_hqq import HQQ_REFERENCE
+from nncf_hqq import HQQParameters
+from nncf_hqq.evaluation import embedding_cosine
+from nncf_hqq.evaluation import evaluate_llms
+from nncf_hqq.evaluation import load_tokenizer
+from nncf_hqq.evaluation import wikitext_lines
+from nncf_hqq.evaluation import wikitext_windows
+from nncf_hqq.models import ir_xml
+from nncf_hqq.models import minilm_ov_dir
+from nncf_hqq.models import qwen_ov_dir
+from nncf_hqq.models import shared_path
+from nncf_hqq.models import smollm2_ov_dir
+
+WIKITEXT = "data/wikitext-2-raw/wiki.test.raw"
+BASE = dataclasses.replace(HQQ_DEFAULT)
+
+#: Rows of the table: None is NNCF's RTN, otherwise the HQQ parameters of the row.
+ROWS: dict[str, HQQParameters | None] = {
+    "rtn": None,
+    "hqq_reference": HQQ_REFERENCE,
+    "hqq_group_stop": dataclasses.replace(BASE, early_stop_scope="group"),
+    "hqq_p1": dataclasses.replace(BASE, lp_norm=1.0),
+    "hqq_norm_gain": dataclasses.replace(BASE, importance="norm_gain"),
+    "ls5": dataclasses.replace(BASE, refine_rounds=5),
+    "ls5_norm_gain": dataclasses.replace(BASE, refine_rounds=5, importance="norm_gain"),
+    "int_zp_ls5": dataclasses.replace(BASE, refine_rounds=5, zero_point_format="integer"),
+    "int_zp_ls5_norm_gain": dataclasses.replace(
+        BASE, refine_rounds=5, zero_point_format="integer", importance="norm_gain"
+    ),
+    "hqq_guard": dataclasses.replace(BASE, rtn_guard=True),
+    "ls5_norm_gain_guard": dataclasses.replace(BASE, refine_rounds=5, importance="norm_gain", rtn_guard=True),
+    "default": HQQ_DEFAULT,
+}
+
+MODELS: dict[str, tuple[Callable[[], Path], int]] = {
+    "smollm2": (smollm2_ov_dir, 64),
+    "qwen": (qwen_ov_dir, 128),
+    "minilm": (minilm_ov_dir, 64),
+}
+
+
+def compress(ir_dir: Path, group_size: int, params: HQQParameters | None) -> tuple[ov.Model, float]:
+    model = ov.Core().read_model(ir_xml(ir_dir))
+    start = time.perf_counter()
+    model = nncf.compress_weights(
+        model,
+        mode=nncf.CompressWeightsMode.INT4_ASYM,
+        group_size=group_size,
+        ratio=1.0,
+        backup_mode=nncf.BackupMode.NONE,
+        hqq=params is not None,
+        hqq_params=params,
+    )
+    return model, time.perf_counter() - start
+
+
+def evaluate(model_name: str, ir_dir: Path, models: dict[str, ov.Model], windows: int) -> dict[str, Any]:
+    tokenizer = load_tokenizer(ir_dir)
+    if model_name == "minilm":
+        lines = wikitext_lines(shared_path(WIKITEXT), windows * 10)
+        return {name: {"cosine": embedding_cosine(ir_dir, m, tokenizer, lines)} for name, m in models.items()}
+    token_windows = wikitext_windows(tokenizer, shared_path(WIKITEXT), windows)
+    return evaluate_llms(ir_dir, models, token_windows)
+
+
+def print_table(results: dict[str, dict[str, float]], times: dict[str, float]) -> None:
+    metrics = [k for k in ("ppl", "kl", "top1", "cosine") if k in next(iter(results.values()))]
+    print(f"{'row':<24}" + "".join(f"{m:>10}" for m in metrics) + f"{'compress s':>12}")
+    for name, values in results.items():
+        cells = "".join(f"{values[m]:>10.4f}" for m in metrics)
+        print(f"{name:<24}{cells}{times.get(name, 0.0):>12.1f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=sorted(MODELS), default="smollm2")
+    parser.add_argument("--windows", type=int, default=None, help="LLM windows; MiniLM: x10 lines")
+    parser.add_argument("--group-size", type=int, default=None)
+    parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated rows: " + ",".join(ROWS))
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+
+    get_dir, default_group = MODELS[args.model]
+    group_size = args.group_size or default_group
+    windows = args.windows or {"smollm2": 40, "qwen": 20, "minilm": 20}[args.model]
+    ir_dir = get_dir()
+    rows = [r.strip() for r in args.rows.split(",") if r.strip()]
+    unknown = [r for r in rows if r not in ROWS]
+    if unknown:
+        parser.error(f"unknown rows {unknown}")
+    models, times = {}, {}
+    for row in rows:
+        models[row], times[row] = compress(ir_dir, group_size, ROWS[row])
+    results = evaluate(args.model, ir_dir, models, windows)
+    print_table(results, times)
+    out = args.out or Path(f"results/quality_{args.model}_g{group_size}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    record = {
+        "model": args.model,
+        "group_size": group_size,
+        "windows": windows,
+        "rows": {r: dataclasses.asdict(p) if p else "nncf_rtn" for r, p in ROWS.items() if r in rows},
+        "results": results,
+        "compress_seconds": times,
+        "versions": {"nncf": nncf.__version__, "openvino": ov.get_version(), "nncf_hqq": nncf_hqq.__version__},
+        "python": platform.python_version(),
+    }
+    out.write_text(json.dumps(record, indent=2, default=str))
+    print(f"-> {out}")
+
+
+if __name__ == "__main__":
+    main()
