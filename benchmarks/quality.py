@@ -56,6 +56,21 @@ ROWS: dict[str, HQQParameters | None] = {
     ),
     "hqq_guard": dataclasses.replace(BASE, rtn_guard=True),
     "ls5_norm_gain_guard": dataclasses.replace(BASE, refine_rounds=5, importance="norm_gain", rtn_guard=True),
+    "ls5_x": dataclasses.replace(BASE, refine_rounds=5, preserve_extremes=True),
+    "ls5_norm_gain_x": dataclasses.replace(BASE, refine_rounds=5, importance="norm_gain", preserve_extremes=True),
+    "ls5_norm_gain_guard_x": dataclasses.replace(
+        BASE, refine_rounds=5, importance="norm_gain", rtn_guard=True, preserve_extremes=True
+    ),
+    "ls10_norm_gain_guard": dataclasses.replace(BASE, refine_rounds=10, importance="norm_gain", rtn_guard=True),
+    "int_zp_ls5_x": dataclasses.replace(BASE, refine_rounds=5, zero_point_format="integer", preserve_extremes=True),
+    "int_zp_ls5_norm_gain_guard_x": dataclasses.replace(
+        BASE,
+        refine_rounds=5,
+        zero_point_format="integer",
+        importance="norm_gain",
+        rtn_guard=True,
+        preserve_extremes=True,
+    ),
     "default": HQQ_DEFAULT,
 }
 

@@ -124,7 +124,15 @@ class HQQ:
             inverse_scale, zero = hqq_solve(grouped, axis, bits, params, weights)
         if params.refine_rounds or integer_zero_point:
             inverse_scale, zero = refine_least_squares(
-                grouped, inverse_scale, zero, axis, bits, params.refine_rounds, weights, integer_zero_point
+                grouped,
+                inverse_scale,
+                zero,
+                axis,
+                bits,
+                params.refine_rounds,
+                weights,
+                integer_zero_point,
+                params.preserve_extremes,
             )
         result = to_compressed_weight(grouped, *hqq_to_nncf(inverse_scale, zero), bits, integer_zero_point)
         if params.rtn_guard:

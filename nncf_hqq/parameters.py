@@ -63,6 +63,9 @@ class HQQParameters:
     :param refine_rounds: rounds of alternating least squares after the proximal loop: nearest codes, then the
         (weighted) least-squares scale and zero point for those codes; every group keeps its best iterate. With
         an INTEGER zero point, the zero point is rounded first and only the scale is refit.
+    :param preserve_extremes: in the refinement, never let a group's min or max be clipped (the scale is capped
+        so both land within half a step of the code range). Outlier weights matter more to the model's outputs
+        than their share of the squared error.
     :param importance: data-free weighting of input channels in every objective (see ``Importance``).
     """
 
@@ -76,6 +79,7 @@ class HQQParameters:
     zero_point_format: ZeroPointFormat = ZeroPointFormat.FLOAT
     rtn_guard: bool = False
     refine_rounds: int = 0
+    preserve_extremes: bool = False
     importance: Importance = Importance.NONE
 
     def __post_init__(self) -> None:
@@ -87,7 +91,7 @@ class HQQParameters:
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 msg = f"HQQParameters.{name} must be an integer >= 0, got {value!r}."
                 raise nncf.ValidationError(msg)
-        for name in ("early_stop", "return_best", "rtn_guard"):
+        for name in ("early_stop", "return_best", "rtn_guard", "preserve_extremes"):
             if not isinstance(getattr(self, name), bool):
                 msg = f"HQQParameters.{name} must be a bool, got {getattr(self, name)!r}."
                 raise nncf.ValidationError(msg)

@@ -207,6 +207,22 @@ def least_squares_scale_for_zero(
     return fns.where(valid, fns.where(valid, denominator, 1.0) / fns.where(valid, numerator, 1.0), previous)
 
 
+def cap_inverse_scale_to_extremes(
+    weight: Tensor, inverse_scale: Tensor, zero: Tensor, axis: int, num_bits: int
+) -> Tensor:
+    """Lowers ``s`` where needed so that each group's min and max land within half a step of the code range,
+    i.e. are never clipped. Groups where no positive ``s`` achieves that (``z`` outside the range) keep ``s``.
+    """
+    q_max = levels_max(num_bits)
+    w_min = fns.min(weight, axis=axis, keepdims=True)
+    w_max = fns.max(weight, axis=axis, keepdims=True)
+    no_cap = float(MAX_INVERSE_SCALE)
+    upper = fns.where(w_max > 0.0, (q_max + 0.5 - zero) / fns.where(w_max > 0.0, w_max, 1.0), no_cap)
+    lower = fns.where(w_min < 0.0, (zero + 0.5) / fns.where(w_min < 0.0, -w_min, 1.0), no_cap)
+    cap = fns.minimum(upper, lower)
+    return fns.where(cap > 0.0, fns.minimum(inverse_scale, cap), inverse_scale)
+
+
 def refine_least_squares(
     weight: Tensor,
     inverse_scale: Tensor,
@@ -216,16 +232,23 @@ def refine_least_squares(
     rounds: int,
     importance: Tensor | None = None,
     integer_zero: bool = False,
+    preserve_extremes: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """Alternates nearest codes and a least-squares refit of the scale (and of the zero point, unless it must
     stay an integer code), keeping every group's best iterate by (weighted) squared error.
 
     With ``integer_zero`` the zero point is first rounded to the nearest code and then only the scale is refit,
-    so the optimisation happens under the integer constraint instead of rounding at the end.
+    so the optimisation happens under the integer constraint instead of rounding at the end. With
+    ``preserve_extremes`` every candidate is first projected so that the group's min and max are not clipped.
     """
     weight = weight.astype(TensorDataType.float32)
+
+    def project(s: Tensor, z: Tensor) -> Tensor:
+        return cap_inverse_scale_to_extremes(weight, s, z, axis, num_bits) if preserve_extremes else s
+
     if integer_zero:
         zero = fns.clip(fns.round(zero), 0.0, levels_max(num_bits))
+    inverse_scale = project(inverse_scale, zero)
     best = (inverse_scale, zero)
     best_error = group_squared_error(weight, inverse_scale, zero, axis, num_bits, importance)
     for _ in range(rounds):
@@ -234,6 +257,7 @@ def refine_least_squares(
             inverse_scale = least_squares_scale_for_zero(weight, codes, zero, axis, importance, inverse_scale)
         else:
             inverse_scale, zero = least_squares_scale_zero(weight, codes, axis, importance, (inverse_scale, zero))
+        inverse_scale = project(inverse_scale, zero)
         error = group_squared_error(weight, inverse_scale, zero, axis, num_bits, importance)
         better = error < best_error
         best = (fns.where(better, inverse_scale, best[0]), fns.where(better, zero, best[1]))
