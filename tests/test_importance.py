@@ -40,6 +40,19 @@ def test_no_gain_where_the_activation_is_not_a_gain_multiply(name: str) -> None:
     assert norm_gain(node, channels) is None
 
 
+def test_layer_norm_bias_adds_its_energy() -> None:
+    rng = np.random.default_rng(0)
+    gamma, beta = rng.random(8).astype(np.float32) + 0.5, rng.standard_normal(8).astype(np.float32)
+    x = ov.opset13.parameter([1, 8], ov.Type.f32)
+    y = ov.opset13.add(ov.opset13.multiply(x, ov.opset13.constant(gamma)), ov.opset13.constant(beta))
+    weight = ov.opset13.constant(rng.standard_normal((4, 8)).astype(np.float32), name="w")
+    model = ov.Model([ov.opset13.matmul(y, weight, False, True)], [x])  # keeps the MatMul alive
+    energy = gamma.astype(np.float64) ** 2 + beta.astype(np.float64) ** 2
+    expected = energy + IMPORTANCE_FLOOR * energy.mean()
+    np.testing.assert_allclose(norm_gain_importance(weight, 8), expected, rtol=1e-6)
+    assert model.get_parameters()
+
+
 def test_wrong_channel_count_finds_no_gain() -> None:
     assert norm_gain(constants(transformer_like())["up_proj"], HIDDEN + 1) is None
 
