@@ -24,6 +24,8 @@ import nncf.quantization.quantize_model as _quantize_model
 import numpy as np
 import openvino as ov
 from nncf.common.graph import NNCFGraph
+from nncf.common.logging.track_progress import track
+from nncf.quantization.algorithms.weight_compression.activation_stats import process_stats
 from nncf.quantization.algorithms.weight_compression.algorithm import WeightCompression
 from nncf.quantization.algorithms.weight_compression.config import WeightCompressionConfig
 from nncf.quantization.algorithms.weight_compression.config import WeightCompressionParameters
@@ -117,12 +119,55 @@ class HQQOVBackend(OVWeightCompressionAlgoBackend):
         return node, compressed
 
 
+class HQQScaleEstimation:
+    """Takes the place of NNCF's Scale Estimation when ``hqq=True``: for every applicable layer with calibration
+    statistics, HQQ's result refined on the layer's (post-AWQ) calibration inputs, zero points kept.
+    Same ``apply`` contract as NNCF's ``ScaleEstimation``: precomputed compressed weights by weight name."""
+
+    def __init__(self, hqq: HQQ, subset_size: int) -> None:
+        self._hqq = hqq
+        self._subset_size = subset_size
+
+    def apply(
+        self,
+        model: ov.Model,
+        graph: NNCFGraph,
+        all_weight_params: list[WeightCompressionParameters],
+        statistics: dict[str, Any],
+        backend_entity: OVWeightCompressionAlgoBackend,
+    ) -> dict[str, CompressedWeight]:
+        from nncf_hqq.algorithm import single_reduction_axis
+        from nncf_hqq.importance import norm_gain_importance
+
+        result: dict[str, CompressedWeight] = {}
+        for wp in track(all_weight_params, description="Applying HQQ + Scale Estimation"):
+            node = wp.node_with_weight
+            if not self._hqq.is_applicable(wp.compression_config) or node.node_name not in statistics:
+                continue
+            weight = backend_entity.get_weight(node, wp.weight_port_id, model, graph)
+            act_axis, _ = backend_entity.get_activation_channel_axis_and_shape(graph, node)
+            _, activations = process_stats(statistics[node.node_name], self._subset_size, act_ch_axis=act_axis)
+            axis = single_reduction_axis(wp.reduction_axes, wp.weight_name)
+            importance = None
+            if self._hqq.uses_norm_gain:
+                importance = norm_gain_importance(
+                    backend_entity.name_to_node_mapping[wp.weight_name], weight.shape[axis]
+                )
+            result[wp.weight_name] = self._hqq.compress_on_activations(
+                weight, axis, wp.compression_config, activations, importance
+            )
+        return result
+
+
 class HQQWeightCompression(WeightCompression):
     """NNCF's weight-compression algorithm with HQQ deciding the parameters of applicable layers."""
 
     def __init__(self, hqq: HQQ, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._hqq = hqq
+        if self._scale_estimation:
+            subset_size = self._advanced_parameters.scale_estimation_params.subset_size
+            self._scale_estimation_algo = HQQScaleEstimation(hqq, subset_size)
 
     def set_backend_entity(self, model: ov.Model) -> None:
         self._backend_entity = HQQOVBackend(model, self._hqq)

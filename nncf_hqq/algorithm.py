@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from collections.abc import Iterable
 
 import numpy as np
@@ -24,9 +25,13 @@ from nncf_hqq.parameters import Importance
 from nncf_hqq.parameters import ZeroPointFormat
 from nncf_hqq.solver import hqq_solve
 from nncf_hqq.solver import refine_least_squares
+from nncf_hqq.solver import refine_scale_on_activations
 from nncf_hqq.solver import rtn_scale_zero_point
 from nncf_hqq.solver import split_into_groups
 from nncf_hqq.solver import weighted_mean
+
+#: Starting points ``s / f`` of the data-aware scale refinement (``HQQ.compress_on_activations``).
+SCALE_ESTIMATION_FACTORS = (1.0, 0.95, 0.9, 0.85)
 
 #: The compression modes HQQ handles.
 SUPPORTED_MODES = (CompressWeightsMode.INT4_ASYM, CompressWeightsMode.INT8_ASYM)
@@ -73,6 +78,23 @@ def choose_per_group(use_first: Tensor, first: CompressedWeight, second: Compres
         fns.where(use_first, first.tensor, second.tensor),
         fns.where(use_first, first.scale, second.scale),
         fns.where(use_first, first.zero_point.astype(zero_dtype), second.zero_point.astype(zero_dtype)),
+    )
+
+
+def group_layout_moves(group_size: int, axis: int) -> tuple[Callable[[Tensor], Tensor], Callable[[Tensor], Tensor]]:
+    """Maps per-group parameters between NNCF's grouped layout of a weight and ``[..., out, groups, 1]``.
+
+    NNCF keeps the groups where the reduction axis was (``[.., groups, 1, ..]``, or ``[.., 1, ..]`` per channel);
+    the canonical layout has them last, which is what the data-aware refinement works in.
+    """
+    if group_size == -1:
+        return (
+            lambda t: fns.moveaxis(t, axis, -1)[..., None],
+            lambda t: fns.moveaxis(t[..., 0], -1, axis),
+        )
+    return (
+        lambda t: fns.moveaxis(t, (axis, axis + 1), (-2, -1)),
+        lambda t: fns.moveaxis(t, (-2, -1), (axis, axis + 1)),
     )
 
 
@@ -140,6 +162,42 @@ class HQQ:
             errors = (stored_group_error(grouped, c, axis, weights) for c in (result, rtn))
             result = choose_per_group(next(errors) <= next(errors), result, rtn)
         return result
+
+    def compress_on_activations(
+        self,
+        weight: Tensor,
+        reduction_axis: int,
+        config: WeightCompressionConfig,
+        activations: Tensor,
+        importance: np.ndarray | None = None,
+    ) -> CompressedWeight:
+        """HQQ, then scale refinement on calibration inputs that keeps HQQ's zero points.
+
+        :param activations: calibration inputs of the layer, ``[in, samples]`` (or ``[experts, in, samples]``).
+        """
+        base = self.compress(weight, reduction_axis, config, importance)
+        weight = as_float32_numpy(weight)
+        axis = reduction_axis % weight.ndim
+        group_size = config.group_size if config.group_size != -1 else weight.shape[axis]
+        canonical, _ = split_into_groups(fns.moveaxis(weight, axis, -1), -1, group_size)
+        to_canonical, from_canonical = group_layout_moves(config.group_size, axis)
+        inverse_scale = 1.0 / to_canonical(base.scale)
+        zero = to_canonical(base.zero_point.astype(TensorDataType.float32))
+        inputs = activations.astype(TensorDataType.float32)
+        grouped_inputs = inputs.reshape((*inputs.shape[:-2], -1, group_size, inputs.shape[-1]))
+        inverse_scale = refine_scale_on_activations(
+            canonical,
+            inverse_scale,
+            zero,
+            grouped_inputs,
+            config.num_bits,
+            self.params.scale_estimation_rounds,
+            SCALE_ESTIMATION_FACTORS,
+        )
+        grouped, _ = split_into_groups(weight, axis, config.group_size)
+        integer_zero_point = self.params.zero_point_format == ZeroPointFormat.INTEGER
+        scale = from_canonical(1.0 / inverse_scale)
+        return to_compressed_weight(grouped, scale, from_canonical(zero), config.num_bits, integer_zero_point)
 
     def apply(
         self,

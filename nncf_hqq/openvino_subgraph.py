@@ -33,7 +33,7 @@ def float_zero_point_decompression(
 
     :param output_type: element type the original constant had, when a Convert back to it is needed.
     """
-    codes = opset.constant(compressed.tensor.as_numpy_tensor().data, dtype=CODE_TYPES[num_bits], name=name)
+    codes = _codes_constant(compressed.tensor.as_numpy_tensor().data, CODE_TYPES[num_bits], name)
     zero_point = _f16_constant(compressed.zero_point.as_numpy_tensor().data, f"{name}/zero_point")
     scale = _f16_constant(compressed.scale.as_numpy_tensor().data, f"{name}/scale")
     weight = opset.convert(codes, ov.Type.f16)
@@ -46,5 +46,19 @@ def float_zero_point_decompression(
     return weight
 
 
+def _codes_constant(codes: np.ndarray, code_type: ov.Type, name: str) -> ov.Node:
+    """The codes as a ``code_type`` constant; u4 codes are packed with numpy (two per byte, first one in the low
+    nibble, as OpenVINO stores them) instead of going through a Python list, which is slow and memory hungry."""
+    if code_type != ov.Type.u4:
+        return opset.constant(codes, dtype=code_type, name=name)
+    flat = codes.reshape(-1).astype(np.uint8)
+    if flat.size % 2:
+        flat = np.append(flat, np.uint8(0))
+    packed = np.ascontiguousarray(flat[0::2] | (flat[1::2] << 4))
+    tensor = ov.Tensor(packed, ov.Shape(list(codes.shape)), code_type)
+    return opset.constant(tensor, shared_memory=False, name=name)
+
+
 def _f16_constant(values: np.ndarray, name: str) -> ov.Node:
-    return opset.constant(values.astype(np.float16), dtype=ov.Type.f16, name=name)
+    # Contiguous: OpenVINO misreads the element type of some strided float16 views (seen as i16).
+    return opset.constant(np.ascontiguousarray(values, dtype=np.float16), dtype=ov.Type.f16, name=name)

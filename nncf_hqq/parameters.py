@@ -67,6 +67,8 @@ class HQQParameters:
         so both land within half a step of the code range). Outlier weights matter more to the model's outputs
         than their share of the squared error.
     :param importance: data-free weighting of input channels in every objective (see ``Importance``).
+    :param scale_estimation_rounds: with ``scale_estimation=True`` (calibration data), rounds of data-aware scale
+        refinement that start from HQQ's result and keep its zero points (see ``solver.refine_scale_on_activations``).
     """
 
     lp_norm: float = 0.7
@@ -81,12 +83,13 @@ class HQQParameters:
     refine_rounds: int = 0
     preserve_extremes: bool = False
     importance: Importance = Importance.NONE
+    scale_estimation_rounds: int = 4
 
     def __post_init__(self) -> None:
         _check_number("lp_norm", self.lp_norm, lambda v: 0.0 < v <= 1.0, "in (0, 1]")
         _check_number("beta", self.beta, lambda v: v > 0.0, "> 0")
         _check_number("kappa", self.kappa, lambda v: v >= 1.0, ">= 1")
-        for name in ("iterations", "refine_rounds"):
+        for name in ("iterations", "refine_rounds", "scale_estimation_rounds"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 msg = f"HQQParameters.{name} must be an integer >= 0, got {value!r}."

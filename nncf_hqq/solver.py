@@ -279,3 +279,60 @@ def rtn_scale_zero_point(weight: Tensor, axis: int, num_bits: int) -> tuple[Tens
     scale = fns.where(fns.abs(scale) < eps, eps, scale)
     zero_point = fns.clip(-fns.round(w_min / scale), 0.0, q_max)
     return scale, zero_point
+
+
+def output_projections(values: Tensor, activations: Tensor) -> Tensor:
+    """Per group, the outputs ``sum_k values[..., o, g, k] * activations[..., g, k, t]`` as ``[..., g, o, t]``.
+
+    :param values: grouped weights (or shifted codes) in the layout ``[..., out, groups, group_size]``.
+    :param activations: calibration inputs grouped as ``[..., groups, group_size, samples]``.
+    """
+    return fns.matmul(fns.moveaxis(values, -3, -2), activations)
+
+
+def activation_error(
+    weight_outputs: Tensor, weight: Tensor, inverse_scale: Tensor, zero: Tensor, activations: Tensor, num_bits: int
+) -> tuple[Tensor, Tensor]:
+    """Per ``(out, group)`` squared output error on the calibration inputs, and the shifted-code projections."""
+    shifted = quantize(weight, inverse_scale, zero, num_bits) - zero
+    projections = output_projections(shifted, activations)
+    residual = projections / fns.moveaxis(inverse_scale, -3, -2) - weight_outputs
+    return fns.sum(residual * residual, axis=-1), projections
+
+
+def refine_scale_on_activations(
+    weight: Tensor,
+    inverse_scale: Tensor,
+    zero: Tensor,
+    activations: Tensor,
+    num_bits: int,
+    rounds: int,
+    scale_factors: tuple[float, ...] = (1.0,),
+) -> Tensor:
+    """Data-aware scale refinement that keeps the zero points: minimises the group's output error on
+    calibration inputs ``||X^T ((Wq - z)/s - W)||^2`` over ``s`` by alternating nearest codes and the closed-form
+    least-squares ``1/s = <P, Q> / <P, P>`` (P: outputs of the shifted codes, Q: outputs of the float weights).
+
+    Every start ``s / f`` for ``f`` in ``scale_factors`` is refined; each ``(out, group)`` keeps its best
+    candidate, the incoming ``s`` included. Layout: ``weight`` ``[..., out, groups, group_size]``,
+    ``inverse_scale``/``zero`` ``[..., out, groups, 1]``, ``activations`` ``[..., groups, group_size, samples]``.
+    """
+    weight = weight.astype(TensorDataType.float32)
+    weight_outputs = output_projections(weight, activations)
+    best_error, _ = activation_error(weight_outputs, weight, inverse_scale, zero, activations, num_bits)
+    best = fns.moveaxis(inverse_scale, -3, -2)[..., 0]  # [..., groups, out]
+    for factor in scale_factors:
+        candidate = inverse_scale / factor
+        for _ in range(rounds):
+            _, projections = activation_error(weight_outputs, weight, candidate, zero, activations, num_bits)
+            numerator = fns.sum(projections * weight_outputs, axis=-1)
+            denominator = fns.sum(projections * projections, axis=-1)
+            valid = (numerator > 0.0) & (denominator > 0.0)
+            refit = fns.where(valid, denominator, 1.0) / fns.where(valid, numerator, 1.0)
+            previous = fns.moveaxis(candidate, -3, -2)[..., 0]
+            candidate = fns.moveaxis(fns.where(valid, refit, previous)[..., None], -3, -2)
+            error, _ = activation_error(weight_outputs, weight, candidate, zero, activations, num_bits)
+            better = error < best_error
+            best = fns.where(better, fns.moveaxis(candidate, -3, -2)[..., 0], best)
+            best_error = fns.where(better, error, best_error)
+    return fns.moveaxis(best[..., None], -3, -2)

@@ -24,8 +24,11 @@ def _weight(values: np.ndarray, dtype: ov.Type, name: str) -> ov.Node:
     return opset.convert(const, ov.Type.f32)
 
 
-def transformer_like(seed: int = 0, dtype: ov.Type = ov.Type.f32, hidden: int = HIDDEN) -> ov.Model:
-    """Embedding -> RMS-norm-like scale -> two MatMul blocks (one transposed) -> 3D MoE MatMul -> lm head."""
+def transformer_like(seed: int = 0, dtype: ov.Type = ov.Type.f32, hidden: int = HIDDEN, moe: bool = True) -> ov.Model:
+    """Embedding -> RMS-norm-like scale -> two MatMul blocks (one transposed) -> 3D MoE MatMul -> lm head.
+
+    ``moe=False`` leaves out the MoE MatMul (NNCF's own Scale Estimation and LoRA correction do not handle its
+    broadcast expert input)."""
     rng = np.random.default_rng(seed)
     ids = opset.parameter([1, -1], ov.Type.i64, name="input_ids")
     table = _weight(heavy_tailed(rng, (VOCAB, hidden)), dtype, "embed_tokens")
@@ -36,16 +39,21 @@ def transformer_like(seed: int = 0, dtype: ov.Type = ov.Type.f32, hidden: int = 
     act = opset.relu(up, name="act")
     down = opset.matmul(act, _weight(heavy_tailed(rng, (2 * hidden, hidden)), dtype, "down_proj"), False, False)
     x = opset.add(x, down, name="residual")
+    if moe:
+        x = _moe_block(x, rng, dtype, hidden)
+    logits = opset.matmul(x, _weight(heavy_tailed(rng, (VOCAB, hidden)), dtype, "lm_head"), False, True)
+    result = opset.result(logits, name="logits")
+    return ov.Model([result], [ids], "transformer_like")
+
+
+def _moe_block(x: ov.Node, rng: np.random.Generator, dtype: ov.Type, hidden: int) -> ov.Node:
     experts = opset.unsqueeze(x, opset.constant(np.array([0], dtype=np.int64)))  # [1, 1, S, H]
     target = opset.constant(np.array([EXPERTS, 1, 1, hidden], dtype=np.int64))
     experts = opset.broadcast(experts, target, broadcast_spec="BIDIRECTIONAL")
     experts = opset.squeeze(experts, opset.constant(np.array([1], dtype=np.int64)))  # [E, S, H]
     moe_weight = _weight(heavy_tailed(rng, (EXPERTS, hidden, hidden)), dtype, "moe_experts")
     moe = opset.matmul(experts, moe_weight, False, True, name="moe")  # [E, S, H]
-    x = opset.add(x, opset.reduce_mean(moe, opset.constant(np.array([0], dtype=np.int64)), True), name="moe_sum")
-    logits = opset.matmul(x, _weight(heavy_tailed(rng, (VOCAB, hidden)), dtype, "lm_head"), False, True)
-    result = opset.result(logits, name="logits")
-    return ov.Model([result], [ids], "transformer_like")
+    return opset.add(x, opset.reduce_mean(moe, opset.constant(np.array([0], dtype=np.int64)), True), name="moe_sum")
 
 
 def input_ids(seed: int = 1, length: int = 16) -> np.ndarray:

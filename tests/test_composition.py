@@ -1,0 +1,121 @@
+"""HQQ composed with NNCF's data-aware pipeline: AWQ, Scale Estimation, mixed precision, LoRA correction."""
+
+from __future__ import annotations
+
+import nncf
+import numpy as np
+import openvino as ov
+import pytest
+from nncf import CompressWeightsMode
+from nncf import SensitivityMetric
+from nncf.tensor import Tensor
+
+import nncf_hqq  # noqa: F401
+from nncf_hqq.parameters import HQQ_DEFAULT
+from nncf_hqq.solver import activation_error
+from nncf_hqq.solver import hqq_solve
+from nncf_hqq.solver import output_projections
+from nncf_hqq.solver import refine_scale_on_activations
+from tests.ov_models import VOCAB
+from tests.ov_models import input_ids
+from tests.ov_models import run
+from tests.ov_models import transformer_like
+from tests.test_api import zero_point_types
+
+INT4 = {"mode": CompressWeightsMode.INT4_ASYM, "group_size": 32}
+HQQ_LAYERS = {"up_proj", "down_proj"}
+
+
+@pytest.fixture(scope="module")
+def dataset() -> nncf.Dataset:
+    rng = np.random.default_rng(0)
+    return nncf.Dataset([rng.integers(0, VOCAB, (1, 24)) for _ in range(16)])
+
+
+def relative_error(model: ov.Model) -> float:
+    reference = run(transformer_like(moe=False), input_ids())
+    return float(np.abs(run(model, input_ids()) - reference).mean() / np.abs(reference).mean())
+
+
+COMBINATIONS = [
+    pytest.param({"awq": True}, False, id="data-free-awq"),
+    pytest.param({"awq": True}, True, id="awq"),
+    pytest.param({"scale_estimation": True}, True, id="se"),
+    pytest.param({"awq": True, "scale_estimation": True}, True, id="awq-se"),
+    pytest.param({"lora_correction": True}, True, id="lora"),
+    pytest.param({"awq": True, "scale_estimation": True, "lora_correction": True}, True, id="awq-se-lora"),
+    pytest.param({"scale_estimation": True, "subset_size": 4}, True, id="se-subset4"),
+    pytest.param({"scale_estimation": True, "backup_mode": nncf.BackupMode.NONE}, True, id="se-backup-none"),
+]
+
+
+@pytest.mark.parametrize(("options", "with_data"), COMBINATIONS)
+def test_combination_runs_and_keeps_float_zero_points(options: dict, with_data: bool, dataset: nncf.Dataset) -> None:
+    data = {"dataset": dataset} if with_data else {}
+    model = nncf.compress_weights(transformer_like(moe=False), **INT4, **data, **options, hqq=True)
+    zps = zero_point_types(model)
+    assert {name for name, t in zps.items() if t == ov.Type.f16} == HQQ_LAYERS
+    assert relative_error(model) < 0.15
+
+
+@pytest.mark.parametrize(
+    "metric",
+    [
+        SensitivityMetric.HESSIAN_INPUT_ACTIVATION,
+        SensitivityMetric.MEAN_ACTIVATION_VARIANCE,
+        SensitivityMetric.MAX_ACTIVATION_VARIANCE,
+        SensitivityMetric.MEAN_ACTIVATION_MAGNITUDE,
+    ],
+    ids=lambda m: m.value,
+)
+def test_data_aware_mixed_precision(metric: SensitivityMetric, dataset: nncf.Dataset) -> None:
+    model = nncf.compress_weights(
+        transformer_like(moe=False), **INT4, ratio=0.75, sensitivity_metric=metric, dataset=dataset, hqq=True
+    )
+    zps = zero_point_types(model)
+    assert sum(t == ov.Type.f16 for t in zps.values()) == 1  # one int4 (HQQ) layer, the other in the int8 backup
+    assert relative_error(model) < 0.15
+
+
+def test_lora_correction_on_hqq_beats_lora_on_rtn(dataset: nncf.Dataset) -> None:
+    """Seeded case: LoRA adapters computed against HQQ's dequantized weights (float zero points included)."""
+    lora = nncf.compress_weights(transformer_like(moe=False), **INT4, dataset=dataset, lora_correction=True)
+    lora_hqq = nncf.compress_weights(
+        transformer_like(moe=False), **INT4, dataset=dataset, lora_correction=True, hqq=True
+    )
+    assert relative_error(lora_hqq) <= relative_error(lora)
+
+
+def test_scale_estimation_with_hqq_differs_from_hqq_alone(dataset: nncf.Dataset) -> None:
+    alone = nncf.compress_weights(transformer_like(moe=False), **INT4, hqq=True)
+    with_se = nncf.compress_weights(
+        transformer_like(moe=False), **INT4, dataset=dataset, scale_estimation=True, hqq=True
+    )
+    scales = {}
+    for name, model in (("alone", alone), ("se", with_se)):
+        ops = {op.get_friendly_name(): op for op in model.get_ordered_ops() if op.get_type_name() == "Constant"}
+        scales[name] = (ops["up_proj/scale"].get_data(), ops["up_proj/zero_point"].get_data())
+    assert not np.array_equal(scales["alone"][0], scales["se"][0])
+    np.testing.assert_array_equal(scales["alone"][1], scales["se"][1])  # HQQ's zero points are kept
+
+
+@pytest.mark.parametrize("layout", ["canonical-3d"], ids=str)
+def test_activation_refinement_never_increases_calibration_error(layout: str) -> None:
+    rng = np.random.default_rng(1)
+    weight = Tensor((rng.standard_t(3, size=(2, 48, 3, 32)) * 0.02).astype(np.float32))
+    inputs = Tensor((rng.standard_normal((2, 3, 32, 20)) * rng.lognormal(0, 1, (2, 3, 32, 1)) + 0.4).astype(np.float32))
+    s, z = hqq_solve(weight, 3, 4, HQQ_DEFAULT)
+    refined = refine_scale_on_activations(weight, s, z, inputs, 4, 3, (1.0, 0.9))
+    outputs = output_projections(weight, inputs)
+    before, _ = activation_error(outputs, weight, s, z, inputs, 4)
+    after, _ = activation_error(outputs, weight, refined, z, inputs, 4)
+    assert np.all(after.data <= before.data)
+    assert after.data.sum() < 0.8 * before.data.sum()
+
+
+def test_gptq_with_hqq_is_refused_and_model_untouched(dataset: nncf.Dataset) -> None:
+    model = transformer_like(moe=False)
+    before = [op.get_friendly_name() for op in model.get_ordered_ops()]
+    with pytest.raises(nncf.ValidationError, match="GPTQ"):
+        nncf.compress_weights(model, **INT4, dataset=dataset, gptq=True, hqq=True)
+    assert [op.get_friendly_name() for op in model.get_ordered_ops()] == before
