@@ -1,13 +1,440 @@
-"""Dispatch between the numpy/torch reference solver and a fast path (placeholder: reference only)."""
+"""A compiled OpenVINO implementation of ``nncf_hqq.solver.hqq_solve`` and the dispatch to it.
+
+``solve`` runs the fast path when it can reproduce the reference and ``hqq_solve`` otherwise.
+
+How the fast path works. Groups are laid out as rows ``[N, R]``. In the scaled domain ``u = W * s`` one
+proximal iteration only needs the rounding residual ``r = u + z - clip(round(u + z), 0, 2^b - 1)`` of every
+element: the group's mean absolute error is ``mean|r| / s`` and, as long as the lp shrinkage leaves the
+whole group untouched, the closed-form update is ``z - mean(r)``. For p == 1 the shrinkage is a soft
+threshold, ``z - mean(clamp(r, -s / beta, s / beta))``. An OpenVINO model unrolls ``K`` such iterations for a
+fixed block of rows and returns the zero point and the summed |r| of every iteration, so each block of
+weights stays in the CPU cache for all its iterations. Blocks run on all cores through an
+``AsyncInferQueue``; one compiled model serves every layer with the same group size (bounded LRU cache).
+
+The early-stop and best-iterate logic of the reference (tensor or group scope) is then replayed in numpy
+on those per-iteration statistics, which are all it depends on: until a group stops, its trajectory does
+not depend on any other group. For p < 1 a group whose residual bound shows that the lp shrinkage could
+become active in some iteration (very wide groups, or strongly clipped codes) is recomputed with the
+reference's own operations instead, so the result never relies on an approximation of the shrinkage.
+"""
 
 from __future__ import annotations
 
-from nncf.tensor import Tensor
+import dataclasses
+import math
+import os
+import threading
+from collections.abc import Callable
+from functools import lru_cache
 
+import numpy as np
+import openvino as ov
+from nncf.common.logging import nncf_logger
+from nncf.tensor import Tensor
+from nncf.tensor import TensorBackend
+from nncf.tensor import TensorDataType
+from openvino import opset13 as opset
+
+from nncf_hqq.parameters import EarlyStopScope
 from nncf_hqq.parameters import HQQParameters
+from nncf_hqq.solver import SHRINK_EPS
+from nncf_hqq.solver import dequantize
 from nncf_hqq.solver import hqq_solve
+from nncf_hqq.solver import levels_max
+from nncf_hqq.solver import mean_absolute_error
+from nncf_hqq.solver import min_max_init
+from nncf_hqq.solver import quantize
+from nncf_hqq.solver import shrink_lp
+from nncf_hqq.solver import zero_point_update
+
+#: Set to a non-empty value other than "0" to always use the reference solver.
+DISABLE_ENV = "NNCF_HQQ_DISABLE_FAST_PATH"
+
+#: Every ``HQQParameters`` field and the values of it the fast path reproduces. A field missing here (one added
+#: to the dataclass later) makes ``solve`` fall back to the reference until it is reviewed and listed.
+#: ``hqq_solve`` never reads the fields after ``return_best``: ``nncf_hqq.algorithm`` applies them around the
+#: solver (the RTN guard, the least-squares refinement and its options, the integer zero point, the data-aware
+#: scale refinement after it; the choice of layers that keep RTN before it; importance weights are passed to
+#: ``hqq_solve`` directly, without this dispatcher).
+SUPPORTED_PARAMETERS: dict[str, Callable[[object], bool]] = {
+    "lp_norm": lambda value: True,
+    "beta": lambda value: True,
+    "kappa": lambda value: True,
+    "iterations": lambda value: True,
+    "early_stop": lambda value: True,
+    "early_stop_scope": lambda value: value in (EarlyStopScope.TENSOR, EarlyStopScope.GROUP),
+    "return_best": lambda value: True,
+    "zero_point_format": lambda value: True,
+    "rtn_guard": lambda value: True,
+    "refine_rounds": lambda value: True,
+    "preserve_extremes": lambda value: True,
+    "importance": lambda value: True,
+    "scale_estimation_rounds": lambda value: True,
+    "rtn_roles": lambda value: True,
+}
+#: Bit widths handled (codes up to 255 are exact in f32).
+SUPPORTED_BITS = range(1, 9)
+#: Weight element types handled (the solver works in f32 either way).
+SUPPORTED_DTYPES = (TensorDataType.float16, TensorDataType.bfloat16, TensorDataType.float32, TensorDataType.float64)
+
+#: Elements per block of rows that one inference processes (a few hundred KiB: stays in the CPU caches).
+BLOCK_ELEMENTS = 64 * 1024
+#: Most iterations unrolled in one compiled model; longer runs are split into blocks of iterations.
+MAX_UNROLLED_ITERATIONS = 20
+#: Relative safety margin of the test that the lp shrinkage is inactive (f32 rounding is ~1e-7).
+SHRINK_MARGIN = 1.0e-4
+#: Compiled models kept (one per group size, bit width, unroll depth and shrinkage kind).
+CACHE_SIZE = 16
+
+_LOGGED: set[str] = set()
+_LOG_LOCK = threading.Lock()
 
 
 def solve(weight: Tensor, axis: int, num_bits: int, params: HQQParameters) -> tuple[Tensor, Tensor]:
-    """HQQ's inverse scale and zero point for grouped ``weight`` (see ``nncf_hqq.solver.hqq_solve``)."""
+    """HQQ's inverse scale and zero point for grouped ``weight`` (see ``nncf_hqq.solver.hqq_solve``).
+
+    Uses the compiled fast path when ``fallback_reason`` finds nothing against it, otherwise the reference.
+    The fast path returns float32 numpy tensors.
+    """
+    reason = fallback_reason(weight, num_bits, params)
+    if reason is None:
+        try:
+            result = solve_compiled(weight, axis, num_bits, params)
+        except RuntimeError as error:  # OpenVINO compile/infer failures: the reference still works
+            _log_once(f"HQQ fast path failed ({error}); using the reference solver.", warning=True)
+        else:
+            _log_once("HQQ: using the compiled OpenVINO fast path.")
+            return result
+    else:
+        _log_once(f"HQQ: using the reference solver ({reason}).")
     return hqq_solve(weight, axis, num_bits, params)
+
+
+def fallback_reason(weight: Tensor, num_bits: int, params: HQQParameters) -> str | None:
+    """Why the fast path cannot be used for this call, or None when it can."""
+    if os.environ.get(DISABLE_ENV, "") not in ("", "0"):
+        return f"{DISABLE_ENV} is set"
+    if weight.backend not in (TensorBackend.numpy, TensorBackend.ov):
+        return f"{weight.backend.value} tensors are not handled"
+    if weight.dtype not in SUPPORTED_DTYPES:
+        return f"weight dtype {weight.dtype.value} is not handled"
+    if weight.size == 0:
+        return "empty weight"
+    if num_bits not in SUPPORTED_BITS:
+        return f"num_bits={num_bits} is not handled"
+    unsupported = unsupported_parameters(params)
+    if unsupported:
+        return f"unsupported HQQ parameters {unsupported}"
+    return None
+
+
+def unsupported_parameters(params: HQQParameters) -> list[str]:
+    """Names of the fields of ``params`` that the fast path does not reproduce (unknown fields included)."""
+    names = []
+    for field in dataclasses.fields(params):
+        accepts = SUPPORTED_PARAMETERS.get(field.name)
+        if accepts is None or not accepts(getattr(params, field.name)):
+            names.append(field.name)
+    return names
+
+
+def _log_once(message: str, warning: bool = False) -> None:
+    with _LOG_LOCK:
+        if message in _LOGGED:
+            return
+        _LOGGED.add(message)
+    if warning:
+        nncf_logger.warning(message)
+    else:
+        nncf_logger.debug(message)
+
+
+def solve_compiled(weight: Tensor, axis: int, num_bits: int, params: HQQParameters) -> tuple[Tensor, Tensor]:
+    """The fast path itself (no dispatch): same contract as ``hqq_solve``, float32 numpy results."""
+    if weight.backend == TensorBackend.ov:
+        weight = weight.as_numpy_tensor()
+    if weight.dtype != TensorDataType.float32:
+        weight = weight.astype(TensorDataType.float32)
+    axis = axis % weight.ndim
+    inverse_scale, zero = min_max_init(weight, axis, num_bits)
+    if not (np.isfinite(inverse_scale.data).all() and np.isfinite(zero.data).all()):
+        return hqq_solve(weight, axis, num_bits, params)  # NaN/Inf weights: whatever the reference makes of them
+    if params.iterations == 0:
+        return inverse_scale, zero
+    rows = _as_rows(weight.data, axis)
+    s_rows = _as_rows(inverse_scale.data, axis)[:, 0]
+    z_rows = _as_rows(zero.data, axis)[:, 0]
+    best = _ProximalRun(rows, s_rows, num_bits, params).solve(z_rows)
+    return inverse_scale, Tensor(_from_rows(best, zero.data.shape, axis))
+
+
+def _as_rows(array: np.ndarray, axis: int) -> np.ndarray:
+    """``[..., R, ...]`` with ``R`` on ``axis`` as a C-contiguous ``[N, R]`` (a view when ``axis`` is last)."""
+    moved = np.moveaxis(array, axis, -1)
+    return np.ascontiguousarray(moved).reshape(-1, array.shape[axis])
+
+
+def _from_rows(values: np.ndarray, keepdims_shape: tuple[int, ...], axis: int) -> np.ndarray:
+    """Inverse of ``_as_rows`` for per-group values ``[N]`` into the keepdims shape."""
+    moved_shape = (*keepdims_shape[:axis], *keepdims_shape[axis + 1 :], 1)
+    return np.moveaxis(values.reshape(moved_shape), -1, axis).astype(np.float32, copy=False)
+
+
+def beta_schedule(params: HQQParameters) -> list[float]:
+    """``beta`` of every iteration, multiplied by ``kappa`` exactly as the reference loop does."""
+    betas = []
+    beta = params.beta
+    for _ in range(params.iterations):
+        betas.append(beta)
+        beta *= params.kappa
+    return betas
+
+
+def shrink_free_bound(beta: float, p: float) -> float:
+    """Largest |error| ``x`` with ``x <= (x + eps)^(p - 1) / beta``: up to it the lp shrinkage returns 0.
+
+    The left side grows and the right side falls with ``x``, so a bisection finds the crossing.
+    """
+    if p == 1.0:
+        return 1.0 / beta
+    low, high = 0.0, 1.0
+    while high <= (high + SHRINK_EPS) ** (p - 1.0) / beta:
+        high *= 2.0
+    for _ in range(200):
+        middle = 0.5 * (low + high)
+        if middle <= (middle + SHRINK_EPS) ** (p - 1.0) / beta:
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+@dataclasses.dataclass
+class _EarlyStopState:
+    """The reference loop's state between blocks of iterations, per early-stop unit (tensor or group)."""
+
+    best_error: np.ndarray
+    best_zero: np.ndarray
+    zero: np.ndarray
+    active: np.ndarray
+
+
+class _ProximalRun:
+    """The proximal loop of one weight: blocks of compiled iterations, then the reference's bookkeeping."""
+
+    def __init__(self, rows: np.ndarray, inverse_scale: np.ndarray, num_bits: int, params: HQQParameters) -> None:
+        self.rows = rows
+        self.inverse_scale = inverse_scale
+        self.num_bits = num_bits
+        self.params = params
+        self.soft_threshold = params.lp_norm == 1.0
+        self.betas = beta_schedule(params)
+        blocks = math.ceil(params.iterations / MAX_UNROLLED_ITERATIONS)
+        self.unroll = math.ceil(params.iterations / blocks)
+        self.sweep = compiled_sweep(rows.shape[1], self.unroll, num_bits, self.soft_threshold)
+        #: 1 / (s * R): turns a group's summed |r| into its mean absolute error in the weight domain.
+        self.error_factor = 1.0 / (inverse_scale.astype(np.float64) * rows.shape[1])
+
+    def solve(self, zero: np.ndarray) -> np.ndarray:
+        """Runs all iterations from ``zero`` and returns the zero point the reference would return."""
+        units = 1 if self.params.early_stop_scope == EarlyStopScope.TENSOR else zero.shape[0]
+        state = _EarlyStopState(np.full(units, np.inf), zero.copy(), zero.copy(), np.ones(units, dtype=bool))
+        for start in range(0, self.params.iterations, self.unroll):
+            betas = self.betas[start : start + self.unroll]
+            zeros, l1 = self.trajectories(state.zero, betas)
+            if self.advance(state, zeros, l1, len(betas)):
+                break
+        return state.best_zero if self.params.return_best else state.zero
+
+    def trajectories(self, zero: np.ndarray, betas: list[float]) -> tuple[np.ndarray, np.ndarray]:
+        """Zero points ``[K + 1, N]`` and summed |r| ``[K, N]`` of ``K`` iterations (of the scaled residual,
+        or of ``W - reconstruction`` times ``s`` for groups recomputed with the reference operations)."""
+        inverse_betas = np.zeros(self.unroll, dtype=np.float32)
+        inverse_betas[: len(betas)] = [1.0 / beta for beta in betas]
+        zeros, l1, scaled_range = self.sweep.run(self.rows, self.inverse_scale, zero, inverse_betas)
+        zeros, l1 = zeros[: len(betas) + 1], l1[: len(betas)]
+        if not self.soft_threshold:
+            redo = self.shrinkage_may_act(zeros[:-1], scaled_range, betas)
+            if redo.any():
+                ref_zeros, ref_errors = self.reference_trajectories(np.flatnonzero(redo), zero[redo], betas)
+                zeros[:, redo] = ref_zeros
+                l1 = l1.astype(np.float64)
+                l1[:, redo] = ref_errors / self.error_factor[redo]
+        return zeros, l1
+
+    def shrinkage_may_act(self, zeros: np.ndarray, scaled_range: np.ndarray, betas: list[float]) -> np.ndarray:
+        """Groups where, in some iteration, an element's error might exceed the shrinkage-free bound.
+
+        ``|r| <= max(0.5, -(min(u) + z), max(u) + z - q_max)`` (only clipped codes exceed 0.5), checked with the
+        extreme zero points of the block against the smallest bound of its iterations.
+        """
+        q_max = levels_max(self.num_bits)
+        below = -(scaled_range[0] + zeros.min(axis=0))
+        above = scaled_range[1] + zeros.max(axis=0) - q_max
+        residual = np.maximum(np.maximum(below, above), 0.5)
+        limit = min(shrink_free_bound(beta, self.params.lp_norm) for beta in betas) * (1.0 - SHRINK_MARGIN)
+        return residual * ((1.0 + SHRINK_MARGIN) / self.inverse_scale) > limit
+
+    def reference_trajectories(
+        self, groups: np.ndarray, zero: np.ndarray, betas: list[float]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The reference's own operations, without early stop, for a few groups (rows)."""
+        weight = Tensor(self.rows[groups])
+        inverse_scale = Tensor(self.inverse_scale[groups, None])
+        z = Tensor(zero[:, None].astype(np.float32))
+        zeros, errors = [z.data[:, 0]], []
+        for beta in betas:
+            codes = quantize(weight, inverse_scale, z, self.num_bits)
+            reconstruction = dequantize(codes, inverse_scale, z)
+            errors.append(mean_absolute_error(weight, reconstruction, 1).data[:, 0])
+            shrunk = shrink_lp(weight - reconstruction, beta, self.params.lp_norm)
+            z = zero_point_update(weight, codes, shrunk, inverse_scale, 1)
+            zeros.append(z.data[:, 0])
+        return np.stack(zeros), np.stack(errors)
+
+    def advance(self, state: _EarlyStopState, zeros: np.ndarray, l1: np.ndarray, steps: int) -> bool:
+        """Replays the reference's early-stop/best-iterate updates for ``steps`` iterations.
+
+        Only the indices of the best and of the current iterate are tracked per unit; the zero points are
+        gathered once at the end.
+
+        :return: True when the reference would have stopped (every unit inactive).
+        """
+        if self.params.early_stop_scope == EarlyStopScope.TENSOR:
+            errors = (l1[:steps] @ self.error_factor)[:, None] / l1.shape[1]
+        else:
+            errors = l1[:steps] * self.error_factor
+        units = state.active.shape[0]
+        best_step, current_step = np.full(units, -1), np.full(units, -1)
+        stopped = False
+        for t in range(steps):
+            improved = (errors[t] < state.best_error) & state.active
+            state.best_error = np.where(improved, errors[t], state.best_error)
+            best_step = np.where(improved, t, best_step)
+            current_step = np.where(state.active, t + 1, current_step)
+            if self.params.early_stop:
+                state.active = improved
+                if not state.active.any():
+                    stopped = True
+                    break
+        state.best_zero = _pick(zeros, best_step, state.best_zero)
+        state.zero = _pick(zeros, current_step, state.zero)
+        return stopped
+
+
+def _pick(zeros: np.ndarray, step: np.ndarray, previous: np.ndarray) -> np.ndarray:
+    """Per group ``zeros[step]``, or ``previous`` where ``step`` is -1 (one step for all groups or one each)."""
+    if step.shape[0] == 1:
+        return previous if step[0] < 0 else zeros[step[0]].copy()
+    picked = np.take_along_axis(zeros, np.maximum(step, 0)[None, :], axis=0)[0]
+    return np.where(step >= 0, picked, previous)
+
+
+class CompiledSweep:
+    """A compiled model running ``unroll`` iterations on blocks of ``rows_per_block`` rows, on all cores."""
+
+    def __init__(self, model: ov.Model, rows_per_block: int, unroll: int) -> None:
+        core = ov.Core()
+        config = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "THROUGHPUT"}
+        self.compiled = core.compile_model(model, "CPU", config)
+        jobs = max(1, int(self.compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")))
+        self.queue = ov.AsyncInferQueue(self.compiled, jobs)
+        self.rows_per_block = rows_per_block
+        self.unroll = unroll
+        self.lock = threading.Lock()
+
+    def run(
+        self, rows: np.ndarray, inverse_scale: np.ndarray, zero: np.ndarray, inverse_betas: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Zero points ``[unroll + 1, N]`` (row 0: ``zero``), summed |r| ``[unroll, N]`` and the minimum and
+        maximum of ``W * s`` ``[2, N]`` of every row."""
+        n, c = rows.shape[0], self.rows_per_block
+        zeros = np.empty((self.unroll + 1, n), dtype=np.float32)
+        zeros[0] = zero
+        l1 = np.empty((self.unroll, n), dtype=np.float32)
+        scaled_range = np.empty((2, n), dtype=np.float32)
+        s_col = np.ascontiguousarray(inverse_scale, dtype=np.float32)[:, None]
+        z_col = np.ascontiguousarray(zero, dtype=np.float32)[:, None]
+        betas = inverse_betas.reshape(1, -1)
+
+        def collect(request: ov.InferRequest, span: tuple[int, int]) -> None:
+            begin, count = span
+            zeros[1:, begin : begin + count] = request.get_output_tensor(0).data[:, :count]
+            l1[:, begin : begin + count] = request.get_output_tensor(1).data[:, :count]
+            scaled_range[:, begin : begin + count] = request.get_output_tensor(2).data[:, :count]
+
+        in_flight = []  # the shared input buffers must outlive their inference
+        with self.lock:
+            self.queue.set_callback(collect)
+            for begin in range(0, n, c):
+                inputs = [*_block_inputs(rows, s_col, z_col, begin, c), betas]
+                in_flight.append(inputs)
+                self.queue.start_async(inputs, userdata=(begin, min(c, n - begin)), share_inputs=True)
+            self.queue.wait_all()
+        return zeros, l1, scaled_range
+
+
+def _block_inputs(
+    rows: np.ndarray, s_col: np.ndarray, z_col: np.ndarray, begin: int, count: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows ``begin:begin + count`` (views), zero-padded to ``count`` rows for the last, shorter block."""
+    end = begin + count
+    if end <= rows.shape[0]:
+        return rows[begin:end], s_col[begin:end], z_col[begin:end]
+    available = rows.shape[0] - begin
+    w = np.zeros((count, rows.shape[1]), dtype=np.float32)
+    s = np.ones((count, 1), dtype=np.float32)
+    z = np.zeros((count, 1), dtype=np.float32)
+    w[:available], s[:available], z[:available] = rows[begin:], s_col[begin:], z_col[begin:]
+    return w, s, z
+
+
+def rows_per_block(group_size: int) -> int:
+    """Rows per inference for groups of ``group_size`` elements (about ``BLOCK_ELEMENTS`` elements)."""
+    return max(1, BLOCK_ELEMENTS // group_size)
+
+
+@lru_cache(maxsize=CACHE_SIZE)
+def compiled_sweep(group_size: int, unroll: int, num_bits: int, soft_threshold: bool) -> CompiledSweep:
+    """The compiled sweep for one group size, unroll depth, bit width and shrinkage kind (LRU cached)."""
+    block = rows_per_block(group_size)
+    model = build_sweep_model(block, group_size, unroll, levels_max(num_bits), soft_threshold)
+    return CompiledSweep(model, block, unroll)
+
+
+def build_sweep_model(rows: int, group_size: int, unroll: int, q_max: float, soft_threshold: bool) -> ov.Model:
+    """``unroll`` HQQ iterations in the scaled domain for a ``[rows, group_size]`` block.
+
+    Inputs: weight ``[rows, R]``, inverse scale and starting zero point ``[rows, 1]``, ``1 / beta`` per
+    iteration ``[1, unroll]`` (used by the soft threshold only). Outputs: the zero point after every
+    iteration and the summed |r| of every iteration, both ``[unroll, rows]``, and ``min``/``max`` of ``W * s``
+    ``[2, rows]``.
+    """
+    weight = opset.parameter([rows, group_size], ov.Type.f32, name="weight")
+    inverse_scale = opset.parameter([rows, 1], ov.Type.f32, name="inverse_scale")
+    zero = opset.parameter([rows, 1], ov.Type.f32, name="zero")
+    inverse_betas = opset.parameter([1, unroll], ov.Type.f32, name="inverse_betas")
+    axis = opset.constant(np.array([1], dtype=np.int64))
+    count = opset.constant(np.float32(group_size))
+    scaled = opset.multiply(weight, inverse_scale)
+    thresholds = opset.split(inverse_betas, opset.constant(np.int64(1)), unroll) if soft_threshold else None
+    zeros, l1 = [], []
+    z: ov.Node = zero
+    for t in range(unroll):
+        shifted = opset.add(scaled, z)
+        residual = opset.subtract(shifted, opset.clamp(opset.round(shifted, "half_to_even"), 0.0, q_max))
+        l1.append(opset.reduce_l1(residual, axis, keep_dims=True))
+        if thresholds is not None:
+            limit = opset.multiply(inverse_scale, thresholds.output(t))
+            residual = opset.minimum(opset.maximum(residual, opset.negative(limit)), limit)
+        z = opset.subtract(z, opset.divide(opset.reduce_sum(residual, axis, keep_dims=True), count))
+        zeros.append(z)
+    extremes = [opset.reduce_min(scaled, axis, keep_dims=True), opset.reduce_max(scaled, axis, keep_dims=True)]
+    outputs = [_stack_columns(zeros, rows), _stack_columns(l1, rows), _stack_columns(extremes, rows)]
+    return ov.Model(outputs, [weight, inverse_scale, zero, inverse_betas], "hqq_sweep")
+
+
+def _stack_columns(columns: list[ov.Node], rows: int) -> ov.Node:
+    """``[rows, 1]`` columns to one ``[len(columns), rows]`` result."""
+    shape = opset.constant(np.array([1, rows], dtype=np.int64))
+    return opset.result(opset.concat([opset.reshape(column, shape, special_zero=False) for column in columns], 0))

@@ -1,0 +1,413 @@
+"""Compression time and peak memory: NNCF's RTN vs HQQ (fast path and reference) vs the ``hqq`` library.
+
+Every case runs in a fresh child process, so compiled-model caches and the peak RSS of one case never leak
+into another; the peak RSS is ``getrusage(RUSAGE_SELF).ru_maxrss`` of the child at its end. Each child
+times its first call ("cold": includes OpenVINO model compilation, for RTN as for HQQ) and, with
+``--repeats`` > 1, the best of the following calls ("warm"). Ratios are taken against NNCF's RTN of the
+same configuration, measured in the same run.
+
+    python benchmarks/compression_speed.py                  # full run (~15 min on 2 cores)
+    python benchmarks/compression_speed.py --quick          # smoke run (~1 min)
+    python benchmarks/compression_speed.py --layers 4 --out results/speed_4_layers.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+CACHE_DIR = Path(os.environ.get("NNCF_HQQ_CACHE", Path.home() / ".cache" / "nncf_hqq"))
+DISABLE_ENV = "NNCF_HQQ_DISABLE_FAST_PATH"
+#: Qwen2.5-1.5B decoder shapes: hidden size, intermediate size, key/value width, layers.
+QWEN_HIDDEN, QWEN_INTERMEDIATE, QWEN_KV, QWEN_LAYERS = 1536, 8960, 256, 28
+
+Case = dict[str, Any]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Inputs (built inside the child, before timing)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def random_weight(shape: tuple[int, ...], seed: int, heavy_tailed: bool = True) -> Any:
+    """LLM-like random f32 weights: Student-t (heavy tails) by default, normal (faster to draw) otherwise.
+
+    Drawn in blocks, so that building the inputs does not raise the child's peak RSS above the weight itself.
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    values = np.empty(shape, dtype=np.float32)
+    flat = values.reshape(-1)
+    block = 1 << 20
+    for start in range(0, flat.size, block):
+        size = min(block, flat.size - start)
+        draw = rng.standard_t(4, size=size) if heavy_tailed else rng.standard_normal(size, dtype=np.float32)
+        flat[start : start + size] = draw * 0.02
+    return values
+
+
+def one_matmul_model(size: int, seed: int = 0) -> Any:
+    """``x @ W^T`` with one f32 ``[size, size]`` weight."""
+    import openvino as ov
+    from openvino import opset13 as opset
+
+    x = opset.parameter([1, size], ov.Type.f32, name="x")
+    weight = opset.constant(random_weight((size, size), seed), dtype=ov.Type.f32, name="weight", shared_memory=True)
+    return ov.Model([opset.result(opset.matmul(x, weight, False, True))], [x], "one_matmul")
+
+
+def decoder_stack_model(layers: int, seed: int = 0) -> Any:
+    """The decoder MatMuls of Qwen2.5-1.5B (q, k, v, o, gate, up, down) with random f16 weights."""
+    import numpy as np
+    import openvino as ov
+    from openvino import opset13 as opset
+
+    counter = iter(range(seed, seed + 10 * layers))
+
+    def linear(x: Any, out_features: int, in_features: int, name: str) -> Any:
+        values = random_weight((out_features, in_features), next(counter), heavy_tailed=False).astype(np.float16)
+        weight = opset.convert(opset.constant(values, dtype=ov.Type.f16, name=name), ov.Type.f32)
+        return opset.matmul(x, weight, False, True, name=f"{name}/matmul")
+
+    x = opset.parameter([1, QWEN_HIDDEN], ov.Type.f32, name="hidden")
+    h = x
+    for i in range(layers):
+        q = linear(h, QWEN_HIDDEN, QWEN_HIDDEN, f"l{i}.q")
+        kv = opset.add(linear(h, QWEN_KV, QWEN_HIDDEN, f"l{i}.k"), linear(h, QWEN_KV, QWEN_HIDDEN, f"l{i}.v"))
+        kv = opset.reduce_mean(kv, opset.constant(np.array([1], dtype=np.int64)), True)
+        h = opset.add(opset.add(h, linear(q, QWEN_HIDDEN, QWEN_HIDDEN, f"l{i}.o")), kv)
+        gate = opset.relu(linear(h, QWEN_INTERMEDIATE, QWEN_HIDDEN, f"l{i}.gate"))
+        up = linear(h, QWEN_INTERMEDIATE, QWEN_HIDDEN, f"l{i}.up")
+        h = opset.add(h, linear(opset.multiply(gate, up), QWEN_HIDDEN, QWEN_INTERMEDIATE, f"l{i}.down"))
+    return ov.Model([opset.result(h)], [x], f"qwen2.5_1.5b_decoder_{layers}_layers")
+
+
+def find_smollm_ir() -> Path | None:
+    """An exported SmolLM2-135M ``openvino_model.xml`` under the cache directory, if any."""
+    if not CACHE_DIR.is_dir():
+        return None
+    candidates = sorted(p for p in CACHE_DIR.rglob("openvino_model.xml") if "smollm2-135m" in str(p).lower())
+    return candidates[0] if candidates else None
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Child process: one case
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def model_operation(case: Case) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """(prepare, run) for a whole-model ``nncf.compress_weights`` case."""
+    import nncf
+    import openvino as ov
+
+    import nncf_hqq  # noqa: F401  (teaches nncf.compress_weights hqq=)
+
+    state: dict[str, Any] = {}
+    if case["kind"] == "smollm":
+
+        def build() -> Any:
+            return ov.Core().read_model(case["path"])
+    elif case["kind"] == "stack":
+
+        def build() -> Any:
+            return decoder_stack_model(case["layers"])
+    else:
+
+        def build() -> Any:
+            return one_matmul_model(case["size"])
+
+    mode = nncf.CompressWeightsMode.INT4_ASYM if case["bits"] == 4 else nncf.CompressWeightsMode.INT8_ASYM
+    options: dict[str, Any] = {"mode": mode, "hqq": case["method"] != "rtn"}
+    if case["bits"] == 4:
+        options.update(group_size=case["group_size"], ratio=1.0)
+    if case["kind"] != "smollm":
+        options["all_layers"] = True
+
+    def prepare() -> None:
+        state["model"] = build()
+
+    def run() -> None:
+        state["model"] = nncf.compress_weights(state.pop("model"), **options)
+
+    return prepare, run
+
+
+def weight_operation(case: Case) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """(prepare, run) for a single-weight case: NNCF's compress function, ``HQQ.compress``, the bare solver
+    or the ``hqq`` library."""
+    values = random_weight((case["size"], case["size"]), seed=0)
+    method, bits, group_size = case["method"], case["bits"], case["group_size"]
+    if method == "hqq_lib":
+        import torch
+        from hqq.core.quantize import Quantizer
+
+        tensor = torch.from_numpy(values)
+        return lambda: None, lambda: Quantizer.quantize(
+            tensor, nbits=bits, group_size=group_size, axis=1, optimize=True, bitpack=False, device="cpu"
+        )
+    import nncf
+    import openvino as ov
+    from nncf.quantization.algorithms.weight_compression.config import WeightCompressionConfig
+    from nncf.quantization.algorithms.weight_compression.weight_lowering import compress_weight
+    from nncf.tensor import Tensor
+
+    from nncf_hqq import HQQ_DEFAULT
+    from nncf_hqq import fast_path
+    from nncf_hqq.algorithm import HQQ
+    from nncf_hqq.solver import hqq_solve
+    from nncf_hqq.solver import split_into_groups
+
+    mode = nncf.CompressWeightsMode.INT4_ASYM if bits == 4 else nncf.CompressWeightsMode.INT8_ASYM
+    config = WeightCompressionConfig(mode=mode, group_size=group_size)
+    weight = Tensor(ov.Tensor(values))  # what NNCF's OpenVINO backend hands to the compression step
+    if case["kind"] == "solver":
+        grouped, axis = split_into_groups(Tensor(values), 1, group_size)
+        solver = fast_path.solve if method == "hqq_fast" else hqq_solve
+        return lambda: None, lambda: solver(grouped, axis, bits, HQQ_DEFAULT)
+    if method == "rtn":
+        return lambda: None, lambda: compress_weight(weight, (1,), config)
+    hqq = HQQ(HQQ_DEFAULT, mode)
+    return lambda: None, lambda: hqq.compress(weight, 1, config)
+
+
+def run_child(case: Case) -> dict[str, Any]:
+    """Builds the inputs, then times ``repeats`` calls; returns seconds and peak RSS (MiB)."""
+    prepare, run = model_operation(case) if case["kind"] in ("model", "stack", "smollm") else weight_operation(case)
+    times = []
+    prepare()
+    base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    for i in range(case["repeats"]):
+        if i:
+            prepare()
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    warm = min(times[1:]) if len(times) > 1 else None
+    return {"cold_s": times[0], "warm_s": warm, "peak_rss_mb": peak_rss, "input_rss_mb": base_rss}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Parent: cases, subprocesses, table
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def hqq_library_available() -> bool:
+    probe = "import hqq.core.quantize, torch; assert torch.__version__"
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True, check=False).returncode == 0
+
+
+def build_cases(args: argparse.Namespace) -> list[Case]:
+    size = 1024 if args.quick else 4096
+    repeats = args.repeats
+    configs = [(4, 128), (8, 128)] if args.quick else [(4, 128), (4, 64), (8, 128), (8, 64)]
+    hqq_methods = ["rtn", "hqq_fast", "hqq_reference"]
+    cases: list[Case] = []
+    for bits, group_size in configs:
+        group = f"weight {size}x{size} int{bits} g{group_size}"
+        common = {"size": size, "bits": bits, "group_size": group_size, "repeats": repeats, "group": group}
+        common["rounds"] = args.rounds
+        # the reference and the hqq library: one process, one warm call
+        slow = {**common, "repeats": min(repeats, 2), "rounds": 1}
+        for kind, label, methods in (
+            ("model", "compress_weights", hqq_methods if bits == 4 else []),
+            ("weight", "compress step", hqq_methods),
+            ("solver", "bare solver", hqq_methods[1:]),
+        ):
+            for m in methods:
+                cases.append(
+                    {**(slow if m == "hqq_reference" else common), "kind": kind, "method": m, "label": f"{label} {m}"}
+                )
+        if not args.no_hqq_lib:
+            cases.append({**slow, "kind": "weight", "method": "hqq_lib", "label": "hqq library (torch CPU)"})
+    cases += stack_cases(args)
+    smollm = find_smollm_ir()
+    if smollm is not None and not args.quick:
+        common = {"kind": "smollm", "path": str(smollm), "bits": 4, "group_size": 64, "repeats": 1, "rounds": 1}
+        group = "SmolLM2-135M IR, int4 g64 (ratio 1, NNCF defaults otherwise)"
+        cases += [{**common, "method": m, "group": group, "label": f"compress_weights {m}"} for m in hqq_methods]
+    return cases
+
+
+def stack_cases(args: argparse.Namespace) -> list[Case]:
+    """The Qwen2.5-1.5B-shaped stack (fast vs RTN) and a short stack that also runs the reference."""
+    layers = 1 if args.quick else args.layers
+    reference_layers = min(layers, args.reference_layers)
+    cases: list[Case] = []
+    for count, methods in ((layers, ["rtn", "hqq_fast"]), (reference_layers, ["rtn", "hqq_fast", "hqq_reference"])):
+        if count == layers and count == reference_layers and methods == ["rtn", "hqq_fast"]:
+            continue  # the second entry runs the same stack with the reference as well
+        group = f"Qwen2.5-1.5B decoder MatMuls x{count} layers, int4 g128"
+        common = {"kind": "stack", "layers": count, "bits": 4, "group_size": 128, "repeats": 1, "rounds": 1}
+        common["group"] = group
+        cases += [{**common, "method": m, "label": f"compress_weights {m}"} for m in methods]
+    return cases
+
+
+def run_case(case: Case) -> dict[str, Any]:
+    """One child process for ``case``: its measurements, or an ``error`` entry."""
+    env = dict(os.environ)
+    env.pop(DISABLE_ENV, None)
+    if case["method"] == "hqq_reference":
+        env[DISABLE_ENV] = "1"
+    command = [sys.executable, __file__, "--child", json.dumps(case)]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        return {"error": (done.stderr or done.stdout).strip().splitlines()[-1:]}
+    return json.loads(lines[-1])
+
+
+def run_group(cases: list[Case]) -> list[dict[str, Any]]:
+    """Runs the cases of one group round-robin (``rounds`` child processes each), so that the cases compared
+    with each other see the same machine load; keeps the best times and the highest peak RSS of the rounds."""
+    if any(case["kind"] == "smollm" for case in cases):
+        _read_through(Path(cases[0]["path"]).with_suffix(".bin"))  # a warm page cache for every method alike
+    runs: list[list[dict[str, Any]]] = [[] for _ in cases]
+    for round_index in range(max(case["rounds"] for case in cases)):
+        for case, case_runs in zip(cases, runs, strict=True):
+            if round_index < case["rounds"]:
+                case_runs.append(run_case(case))
+                value = case_runs[-1].get("cold_s", case_runs[-1].get("error"))
+                print(f"{case['group']} | {case['label']} | round {round_index + 1}: {value}", flush=True)
+    return [{**case, **_merge(case_runs)} for case, case_runs in zip(cases, runs, strict=True)]
+
+
+def _merge(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    good = [r for r in runs if "error" not in r]
+    if not good:
+        return runs[-1]
+    warm = [r["warm_s"] for r in good if r["warm_s"] is not None]
+    return {
+        "cold_s": min(r["cold_s"] for r in good),
+        "warm_s": min(warm) if warm else None,
+        "peak_rss_mb": max(r["peak_rss_mb"] for r in good),
+        "input_rss_mb": max(r["input_rss_mb"] for r in good),
+        "runs": runs,
+    }
+
+
+def _read_through(path: Path) -> None:
+    with path.open("rb") as stream:
+        while stream.read(1 << 24):
+            pass
+
+
+def add_ratios(results: list[dict[str, Any]]) -> None:
+    """Time and peak-RSS ratios to the RTN row of the same group and level (model-level or step-level)."""
+
+    def level(r: dict[str, Any]) -> str:
+        return "step" if r["kind"] in ("weight", "solver") else "model"
+
+    rtn = {(r["group"], level(r)): r for r in results if r["method"] == "rtn" and "error" not in r}
+    for r in results:
+        base = rtn.get((r["group"], level(r)))
+        if base is None or "error" in r:
+            continue
+        for key in ("cold_s", "warm_s", "peak_rss_mb"):
+            if r.get(key) is not None and base.get(key):
+                r[f"{key}_vs_rtn"] = r[key] / base[key]
+
+
+def format_table(results: list[dict[str, Any]]) -> str:
+    header = f"{'case':34s} {'cold s':>8s} {'warm s':>8s} {'x RTN':>7s} {'peak MiB':>9s} {'x RTN':>6s}"
+    lines: list[str] = []
+    group = None
+    for r in results:
+        if r["group"] != group:
+            group = r["group"]
+            lines += ["", f"== {group}", header]
+        if "error" in r:
+            lines.append(f"{r['label']:34s} FAILED: {r['error']}")
+            continue
+        time_key = "warm_s" if r.get("warm_s") is not None else "cold_s"
+        time_ratio, rss_ratio = _num(r.get(f"{time_key}_vs_rtn"), 7, 2), _num(r.get("peak_rss_mb_vs_rtn"), 6, 2)
+        lines.append(
+            f"{r['label']:34s} {r['cold_s']:8.3f} {_num(r.get('warm_s'), 8, 3)} {time_ratio} "
+            f"{r['peak_rss_mb']:9.0f} {rss_ratio}"
+        )
+    return "\n".join(lines)
+
+
+def _num(value: float | None, width: int, digits: int) -> str:
+    return f"{value:{width}.{digits}f}" if value is not None else " " * (width - 1) + "-"
+
+
+def machine() -> dict[str, Any]:
+    import nncf
+    import numpy
+    import openvino
+
+    return {
+        "cpu_count": os.cpu_count(),
+        "processor": _cpu_name(),
+        "python": platform.python_version(),
+        "nncf": nncf.__version__,
+        "openvino": openvino.__version__,
+        "numpy": numpy.__version__,
+    }
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=Path("results/compression_speed.json"))
+    parser.add_argument("--quick", action="store_true", help="1024x1024 weights, 1-layer stack, fewer configs")
+    parser.add_argument("--layers", type=int, default=QWEN_LAYERS, help="decoder layers of the Qwen-shaped stack")
+    parser.add_argument(
+        "--reference-layers", type=int, default=2, help="layers of the stack also run with the reference"
+    )
+    parser.add_argument("--repeats", type=int, default=3, help="calls per single-weight case (first one is cold)")
+    parser.add_argument("--rounds", type=int, default=3, help="child processes per fast single-weight case (best kept)")
+    parser.add_argument("--no-hqq-lib", action="store_true", help="skip the hqq library rows")
+    parser.add_argument("--only", help="run only the cases whose group or label contains this text")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.child:
+        print(json.dumps(run_child(json.loads(args.child))))
+        return
+    notes = []
+    if not args.no_hqq_lib and not hqq_library_available():
+        args.no_hqq_lib = True
+        notes.append("hqq library not installed (pip install hqq): its rows are skipped")
+    if find_smollm_ir() is None:
+        notes.append(f"no SmolLM2-135M openvino_model.xml under {CACHE_DIR}: its rows are skipped")
+    cases = [c for c in build_cases(args) if not args.only or args.only in f"{c['group']} {c['label']}"]
+    results = []
+    for group in dict.fromkeys(case["group"] for case in cases):
+        results += run_group([case for case in cases if case["group"] == group])
+    add_ratios(results)
+    print(format_table(results))
+    for note in notes:
+        print(f"note: {note}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    report = {"command": " ".join(sys.argv), "machine": machine(), "notes": notes, "results": results}
+    args.out.write_text(json.dumps(report, indent=2))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

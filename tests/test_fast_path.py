@@ -1,0 +1,309 @@
+"""The compiled fast path of the HQQ solver: agreement with ``solver.hqq_solve`` and the dispatch around it.
+
+Tolerance (see ``assert_matches_reference``):
+
+* the inverse scale is bit-identical: both paths compute it with ``solver.min_max_init``;
+* zero points: at most 1% of the groups (5% with the per-group early stop; at least 2 groups are allowed)
+  differ by more than 1e-4 relative (``|dz| > 1e-4 * max(1, |z|)``); the others agree to a few f32 ulps;
+* the mean absolute reconstruction error of the whole weight is within 1e-5 relative of the reference's, and
+  no group's own error exceeds the reference's by more than 1e-3 relative.
+
+Why not exact: the fast path sums a group's rounding residuals in the scaled domain (``W * s + z - codes``) in
+a different order than numpy's ``mean(codes - W * s)``. The zero points then differ by a few ulps, which
+changes a code only for an element that sits exactly on a rounding tie, or flips an early-stop comparison
+between two errors that agree to ~1e-7 relative. The affected group then follows an equally valid HQQ
+trajectory (its error is the same to the 1e-5 asserted on the whole weight), but its zero point can differ
+by up to ~1/group_size. Such ties are rare per element, so they show up in a small fraction of groups, more
+often with the per-group early stop, whose many comparisons each can flip.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import re
+from typing import Any
+
+import nncf
+import numpy as np
+import openvino as ov
+import pytest
+from nncf.tensor import Tensor
+
+from nncf_hqq import fast_path
+from nncf_hqq import solver
+from nncf_hqq.parameters import HQQ_DEFAULT
+from nncf_hqq.parameters import HQQ_REFERENCE
+from nncf_hqq.parameters import EarlyStopScope
+from nncf_hqq.parameters import HQQParameters
+from nncf_hqq.parameters import ZeroPointFormat
+from nncf_hqq.solver import dequantize
+from nncf_hqq.solver import hqq_solve
+from nncf_hqq.solver import quantize
+from nncf_hqq.solver import split_into_groups
+from tests import ov_models
+
+#: The ``HQQParameters`` fields the fast path models itself (all others must not be read by the solver).
+MODELLED_FIELDS = {"lp_norm", "beta", "kappa", "iterations", "early_stop", "early_stop_scope", "return_best"}
+
+
+def heavy_tailed(shape: tuple[int, ...], seed: int = 0, scale: float = 0.02) -> np.ndarray:
+    return (np.random.default_rng(seed).standard_t(3, size=shape) * scale).astype(np.float32)
+
+
+def assert_matches_reference(
+    weight: np.ndarray, reduction_axis: int, group_size: int, bits: int, params: HQQParameters
+) -> None:
+    grouped, axis = split_into_groups(Tensor(weight), reduction_axis, group_size)
+    s_ref, z_ref = hqq_solve(grouped, axis, bits, params)
+    s_fast, z_fast = fast_path.solve_compiled(grouped, axis, bits, params)
+    assert s_fast.data.dtype == z_fast.data.dtype == np.float32
+    assert z_fast.shape == z_ref.shape
+    np.testing.assert_array_equal(s_fast.data, s_ref.data)
+    relative = np.abs(z_fast.data - z_ref.data) / np.maximum(1.0, np.abs(z_ref.data))
+    differing = int(np.count_nonzero(relative > 1e-4))
+    share = 0.05 if params.early_stop_scope == EarlyStopScope.GROUP else 0.01
+    assert differing <= max(2, share * relative.size), f"{differing} of {relative.size} zero points differ"
+
+    def group_mae(zero: Tensor) -> np.ndarray:
+        codes = quantize(grouped, s_ref, zero, bits)
+        return np.mean(np.abs(dequantize(codes, s_ref, zero).data - grouped.data), axis=axis)
+
+    mae_fast, mae_ref = group_mae(z_fast), group_mae(z_ref)
+    assert mae_fast.mean() == pytest.approx(mae_ref.mean(), rel=1e-5)
+    assert np.all(mae_fast <= mae_ref * (1 + 1e-3) + 1e-12), "a group is materially worse than the reference"
+
+
+SHAPE_CASES = [
+    pytest.param((256, 512), 1, 128, 4, id="2d-g128-int4"),
+    pytest.param((256, 512), 1, 64, 4, id="2d-g64-int4"),
+    pytest.param((256, 512), 1, 128, 8, id="2d-g128-int8"),
+    pytest.param((192, 320), 1, 64, 8, id="2d-g64-int8"),
+    pytest.param((96, 200), 1, -1, 4, id="2d-per-channel-int4"),
+    pytest.param((96, 200), 1, -1, 8, id="2d-per-channel-int8"),
+    pytest.param((4, 96, 256), 2, 64, 4, id="3d-experts-g64-int4"),
+    pytest.param((3, 40, 96), 2, -1, 8, id="3d-experts-per-channel-int8"),
+    pytest.param((37, 96), 1, 32, 4, id="odd-rows-g32"),
+    pytest.param((17, 75), 1, -1, 4, id="odd-per-channel"),
+    pytest.param((512, 96), 0, 128, 4, id="transposed-axis0-g128"),
+    pytest.param((6, 64, 10), 1, 16, 4, id="3d-middle-axis-g16"),
+]
+
+
+@pytest.mark.parametrize(("shape", "reduction_axis", "group_size", "bits"), SHAPE_CASES)
+def test_matches_reference_default_parameters(
+    shape: tuple[int, ...], reduction_axis: int, group_size: int, bits: int
+) -> None:
+    assert_matches_reference(heavy_tailed(shape), reduction_axis, group_size, bits, HQQ_DEFAULT)
+
+
+PARAMETER_CASES = [
+    pytest.param(HQQ_REFERENCE, id="published-last-iterate"),
+    pytest.param(HQQParameters(early_stop_scope=EarlyStopScope.GROUP), id="group-early-stop"),
+    pytest.param(HQQParameters(early_stop_scope=EarlyStopScope.GROUP, return_best=False), id="group-last-iterate"),
+    pytest.param(HQQParameters(early_stop=False), id="no-early-stop"),
+    pytest.param(HQQParameters(early_stop=False, return_best=False, iterations=7), id="7-iterations"),
+    pytest.param(HQQParameters(iterations=45, kappa=1.05), id="45-iterations-in-3-blocks"),
+    pytest.param(HQQParameters(iterations=0), id="no-iterations"),
+    pytest.param(HQQParameters(lp_norm=1.0), id="p1"),
+    pytest.param(HQQParameters(lp_norm=1.0, beta=300.0, early_stop=False), id="p1-active-soft-threshold"),
+    pytest.param(HQQParameters(lp_norm=0.5, beta=2.0e4, kappa=1.2), id="p0.5-active-shrinkage"),
+    pytest.param(
+        HQQParameters(zero_point_format=ZeroPointFormat.INTEGER, rtn_guard=True, refine_rounds=2),
+        id="post-solver-options",
+    ),
+]
+
+
+@pytest.mark.parametrize("params", PARAMETER_CASES)
+@pytest.mark.parametrize("bits", [4, 8], ids=["int4", "int8"])
+def test_matches_reference_parameters(params: HQQParameters, bits: int) -> None:
+    assert_matches_reference(heavy_tailed((128, 256), seed=1), 1, 64, bits, params)
+
+
+def test_groups_where_shrinkage_acts_take_the_reference_operations(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Wide groups (small inverse scale) fall outside the shrinkage-free bound and are recomputed exactly."""
+    calls: list[int] = []
+    original = fast_path._ProximalRun.reference_trajectories
+
+    def spy(
+        self: fast_path._ProximalRun, groups: np.ndarray, zero: np.ndarray, betas: list[float]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        calls.append(groups.size)
+        return original(self, groups, zero, betas)
+
+    monkeypatch.setattr(fast_path._ProximalRun, "reference_trajectories", spy)
+    weight = heavy_tailed((64, 128), seed=2)
+    weight[:8] *= 2000.0  # eight rows of groups with a range of ~100
+    assert_matches_reference(weight, 1, 32, 4, HQQ_DEFAULT)
+    assert calls and 0 < calls[0] < weight.size // 32
+
+
+def test_constant_and_zero_groups() -> None:
+    weight = heavy_tailed((16, 64), seed=3)
+    weight[0] = 0.0
+    weight[1] = 0.25
+    weight[2, :32] = -3.0
+    assert_matches_reference(weight, 1, 32, 4, HQQ_DEFAULT)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64], ids=["f16", "f64"])
+def test_other_float_dtypes(dtype: type[np.floating]) -> None:
+    weight = heavy_tailed((64, 256), seed=4).astype(dtype)
+    assert_matches_reference(weight, 1, 64, 4, HQQ_DEFAULT)
+
+
+def test_openvino_tensor_input_gives_the_numpy_result() -> None:
+    weight = heavy_tailed((64, 256), seed=5)
+    grouped, axis = split_into_groups(Tensor(weight), 1, 128)
+    ov_grouped = Tensor(ov.Tensor(np.ascontiguousarray(grouped.data)))
+    s_np, z_np = fast_path.solve(grouped, axis, 4, HQQ_DEFAULT)
+    s_ov, z_ov = fast_path.solve(ov_grouped, axis, 4, HQQ_DEFAULT)
+    np.testing.assert_array_equal(s_ov.data, s_np.data)
+    np.testing.assert_array_equal(z_ov.data, z_np.data)
+
+
+@pytest.mark.parametrize("p", [0.3, 0.7, 0.99, 1.0])
+@pytest.mark.parametrize("beta", [0.5, 10.0, 1.0e4])
+def test_shrink_free_bound(p: float, beta: float) -> None:
+    bound = fast_path.shrink_free_bound(beta, p)
+    x = np.array([bound * 0.999, bound * 1.001])
+    shrunk = solver.shrink_lp(Tensor(x), beta, p).data
+    assert shrunk[0] == 0.0
+    assert shrunk[1] != 0.0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Dispatch
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fast_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[object, ...]]:
+    """Records the calls of the compiled path (and still runs it); clears the environment switch."""
+    monkeypatch.delenv(fast_path.DISABLE_ENV, raising=False)
+    calls: list[tuple[object, ...]] = []
+    original = fast_path.solve_compiled
+
+    def spy(*args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
+        calls.append(args)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(fast_path, "solve_compiled", spy)
+    return calls
+
+
+def grouped_weight() -> tuple[Tensor, int]:
+    return split_into_groups(Tensor(heavy_tailed((32, 128), seed=6)), 1, 64)
+
+
+def test_default_parameters_take_the_fast_path(fast_calls: list) -> None:
+    """Also a tripwire: a new ``HQQParameters`` field disables the fast path until it is reviewed."""
+    assert fast_path.unsupported_parameters(HQQ_DEFAULT) == []
+    assert fast_path.unsupported_parameters(HQQ_REFERENCE) == []
+    weight, axis = grouped_weight()
+    fast_path.solve(weight, axis, 4, HQQ_DEFAULT)
+    assert len(fast_calls) == 1
+
+
+@pytest.mark.parametrize("value", ["1", "yes"])
+def test_environment_switch_disables_the_fast_path(
+    fast_calls: list, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv(fast_path.DISABLE_ENV, value)
+    weight, axis = grouped_weight()
+    s, z = fast_path.solve(weight, axis, 4, HQQ_DEFAULT)
+    assert fast_calls == []
+    s_ref, z_ref = hqq_solve(weight, axis, 4, HQQ_DEFAULT)
+    np.testing.assert_array_equal(s.data, s_ref.data)
+    np.testing.assert_array_equal(z.data, z_ref.data)
+
+
+def test_environment_switch_set_to_zero_keeps_the_fast_path(fast_calls: list, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(fast_path.DISABLE_ENV, "0")
+    weight, axis = grouped_weight()
+    fast_path.solve(weight, axis, 4, HQQ_DEFAULT)
+    assert len(fast_calls) == 1
+
+
+def test_unknown_parameter_field_falls_back(fast_calls: list) -> None:
+    @dataclasses.dataclass(frozen=True)
+    class FutureParameters(HQQParameters):
+        scale_update: bool = False
+
+    params = FutureParameters()
+    assert fast_path.unsupported_parameters(params) == ["scale_update"]
+    weight, axis = grouped_weight()
+    fast_path.solve(weight, axis, 4, params)
+    assert fast_calls == []
+
+
+def test_unsupported_bit_width_and_torch_tensors_fall_back(fast_calls: list) -> None:
+    weight, axis = grouped_weight()
+    reason = fast_path.fallback_reason(weight, 9, HQQ_DEFAULT)
+    assert reason is not None and "num_bits" in reason
+    torch = pytest.importorskip("torch")
+    torch_weight = Tensor(torch.from_numpy(weight.data))
+    assert fast_path.fallback_reason(torch_weight, 4, HQQ_DEFAULT) is not None
+    s, _ = fast_path.solve(torch_weight, axis, 4, HQQ_DEFAULT)
+    assert fast_calls == []
+    assert isinstance(s.data, torch.Tensor)
+
+
+def test_solver_reads_only_the_modelled_fields() -> None:
+    """If the reference starts reading another field, the fast path must learn it (and list it)."""
+    source = inspect.getsource(solver.hqq_solve) + inspect.getsource(solver.optimize_zero_point_proximal)
+    assert set(re.findall(r"params\.(\w+)", source)) <= MODELLED_FIELDS
+
+
+def test_logs_the_chosen_path_once(fast_calls: list, monkeypatch: pytest.MonkeyPatch) -> None:
+    messages: list[str] = []
+    monkeypatch.setattr(fast_path, "_LOGGED", set())
+    monkeypatch.setattr(fast_path.nncf_logger, "debug", lambda message, *args: messages.append(str(message)))
+    weight, axis = grouped_weight()
+    for _ in range(3):
+        fast_path.solve(weight, axis, 4, HQQ_DEFAULT)
+    monkeypatch.setenv(fast_path.DISABLE_ENV, "1")
+    fast_path.solve(weight, axis, 4, HQQ_DEFAULT)
+    fast_path.solve(weight, axis, 4, HQQ_DEFAULT)
+    assert len(messages) == 2
+    assert "fast path" in messages[0]
+    assert "reference" in messages[1]
+
+
+def test_compiled_models_are_cached_per_group_size(fast_calls: list) -> None:
+    fast_path.compiled_sweep.cache_clear()
+    for rows in (16, 48, 80):  # different layer shapes, same group size
+        weight, axis = split_into_groups(Tensor(heavy_tailed((rows, 128))), 1, 64)
+        fast_path.solve(weight, axis, 4, HQQ_DEFAULT)
+    info = fast_path.compiled_sweep.cache_info()
+    assert (info.misses, info.hits, info.maxsize) == (1, 2, fast_path.CACHE_SIZE)
+
+
+def test_compress_weights_matches_with_and_without_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """End to end on a small transformer (transposed, 3D MoE and lm-head weights): the outputs of the two
+    compressed models differ by a small fraction of their common compression error."""
+    ids = ov_models.input_ids()
+    original = ov_models.run(ov_models.transformer_like(), ids)
+    outputs: dict[bool, np.ndarray] = {}
+    for disabled in (False, True):
+        if disabled:
+            monkeypatch.setenv(fast_path.DISABLE_ENV, "1")
+        model = nncf.compress_weights(
+            ov_models.transformer_like(), mode=nncf.CompressWeightsMode.INT4_ASYM, group_size=32, hqq=True
+        )
+        outputs[disabled] = ov_models.run(model, ids)
+    fast, reference = outputs[False], outputs[True]
+    compression_error = np.linalg.norm(reference - original)
+    assert np.linalg.norm(fast - reference) <= 0.05 * compression_error
+    assert np.linalg.norm(fast - original) <= 1.01 * compression_error
+
+
+def test_non_finite_weights_get_the_reference_result() -> None:
+    weight = heavy_tailed((8, 64), seed=7)
+    weight[1, 3], weight[2, 5] = np.nan, np.inf
+    grouped, axis = split_into_groups(Tensor(weight), 1, 32)
+    with np.errstate(invalid="ignore"):
+        _, z_fast = fast_path.solve_compiled(grouped, axis, 4, HQQ_DEFAULT)
+        _, z_ref = hqq_solve(grouped, axis, 4, HQQ_DEFAULT)
+    np.testing.assert_array_equal(z_fast.data, z_ref.data)
