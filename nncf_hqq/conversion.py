@@ -10,7 +10,9 @@ to the model are then exactly the nearest codes for the parameters the model rea
 
 from __future__ import annotations
 
+import numpy as np
 from nncf.tensor import Tensor
+from nncf.tensor import TensorBackend
 from nncf.tensor import TensorDataType
 from nncf.tensor import functions as fns
 
@@ -41,6 +43,13 @@ def round_to_f16(x: Tensor, low: float, high: float) -> Tensor:
 
 def encode(weight: Tensor, scale: Tensor, zero_point: Tensor, num_bits: int) -> Tensor:
     """Nearest unsigned codes ``clip(round(W / scale + zero_point), 0, 2^b - 1)`` as uint8."""
+    if weight.backend == TensorBackend.numpy and scale.backend == zero_point.backend == TensorBackend.numpy:
+        # The same operations in one f32 buffer: a fraction of the time and of the peak memory.
+        codes = np.divide(weight.data, scale.data, dtype=np.float32)
+        codes += zero_point.data
+        np.round(codes, out=codes)
+        np.clip(codes, 0.0, levels_max(num_bits), out=codes)
+        return Tensor(codes.astype(np.uint8))
     codes = fns.round(weight.astype(TensorDataType.float32) / scale + zero_point)
     return fns.clip(codes, 0.0, levels_max(num_bits)).astype(TensorDataType.uint8)
 
