@@ -15,6 +15,7 @@ from nncf_hqq.api import AdvancedCompressionParameters
 from nncf_hqq.api import compress_weights
 from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import HQQ_REFERENCE
+from nncf_hqq.parameters import AttentionRole
 from nncf_hqq.parameters import EarlyStopScope
 from nncf_hqq.parameters import HQQParameters
 from nncf_hqq.parameters import ZeroPointFormat
@@ -25,6 +26,7 @@ __all__ = [
     "HQQ_DEFAULT",
     "HQQ_REFERENCE",
     "AdvancedCompressionParameters",
+    "AttentionRole",
     "EarlyStopScope",
     "HQQParameters",
     "ZeroPointFormat",

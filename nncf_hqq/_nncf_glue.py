@@ -35,6 +35,7 @@ from nncf.tensor import Tensor
 
 if TYPE_CHECKING:
     from nncf_hqq.algorithm import HQQ
+    from nncf_hqq.parameters import AttentionRole
 
 __all__ = [
     "CompressedWeight",
@@ -70,6 +71,16 @@ def check_versions() -> None:
     raise nncf.UnsupportedVersionError(msg)
 
 
+def layer_context(hqq: HQQ, weight: ov.Node, channels: int) -> tuple[np.ndarray | None, AttentionRole | None]:
+    """What HQQ's parameters ask to know about a weight's place in the graph: input importance, attention role."""
+    from nncf_hqq.importance import norm_gain_importance
+    from nncf_hqq.roles import attention_role
+
+    importance = norm_gain_importance(weight, channels) if hqq.uses_norm_gain else None
+    role = attention_role(weight) if hqq.uses_roles else None
+    return importance, role
+
+
 class HQQOVBackend(OVWeightCompressionAlgoBackend):
     """NNCF's OpenVINO backend that lets HQQ decide the compressed weights it writes."""
 
@@ -89,18 +100,15 @@ class HQQOVBackend(OVWeightCompressionAlgoBackend):
         precomputed_compressed_weight: CompressedWeight | None = None,
     ) -> tuple[ov.Node, CompressedWeight]:
         from nncf_hqq.algorithm import single_reduction_axis
-        from nncf_hqq.importance import norm_gain_importance
         from nncf_hqq.openvino_subgraph import float_zero_point_decompression
         from nncf_hqq.openvino_subgraph import is_float_zero_point
 
         compressed = precomputed_compressed_weight
         if compressed is None and self.hqq.is_applicable(compression_config):
             axis = single_reduction_axis(reduction_axes, const_node_name)
-            importance = None
-            if self.hqq.uses_norm_gain:
-                const_node = self.name_to_node_mapping[const_node_name]
-                importance = norm_gain_importance(const_node, weight.shape[axis])
-            compressed = self.hqq.compress(weight, axis, compression_config, importance)
+            importance, role = layer_context(self.hqq, self.name_to_node_mapping[const_node_name], weight.shape[axis])
+            if not self.hqq.keeps_rtn(role):  # else NNCF's own RTN, bit for bit
+                compressed = self.hqq.compress(weight, axis, compression_config, importance, role)
         if compressed is None or not is_float_zero_point(compressed):
             return super()._create_compression_subgraph(
                 weight,
@@ -137,7 +145,6 @@ class HQQScaleEstimation:
         backend_entity: OVWeightCompressionAlgoBackend,
     ) -> dict[str, CompressedWeight]:
         from nncf_hqq.algorithm import single_reduction_axis
-        from nncf_hqq.importance import norm_gain_importance
 
         result: dict[str, CompressedWeight] = {}
         for wp in track(all_weight_params, description="Applying HQQ + Scale Estimation"):
@@ -148,13 +155,10 @@ class HQQScaleEstimation:
             act_axis, _ = backend_entity.get_activation_channel_axis_and_shape(graph, node)
             _, activations = process_stats(statistics[node.node_name], self._subset_size, act_ch_axis=act_axis)
             axis = single_reduction_axis(wp.reduction_axes, wp.weight_name)
-            importance = None
-            if self._hqq.uses_norm_gain:
-                importance = norm_gain_importance(
-                    backend_entity.name_to_node_mapping[wp.weight_name], weight.shape[axis]
-                )
+            const_node = backend_entity.name_to_node_mapping[wp.weight_name]
+            importance, role = layer_context(self._hqq, const_node, weight.shape[axis])
             result[wp.weight_name] = self._hqq.compress_on_activations(
-                weight, axis, wp.compression_config, activations, importance
+                weight, axis, wp.compression_config, activations, importance, role
             )
         return result
 

@@ -20,6 +20,7 @@ from nncf_hqq._nncf_glue import WeightCompressionParameters
 from nncf_hqq.conversion import decompress
 from nncf_hqq.conversion import hqq_to_nncf
 from nncf_hqq.conversion import to_compressed_weight
+from nncf_hqq.parameters import AttentionRole
 from nncf_hqq.parameters import HQQParameters
 from nncf_hqq.parameters import Importance
 from nncf_hqq.parameters import ZeroPointFormat
@@ -118,6 +119,15 @@ class HQQ:
         """Whether HQQ decides the quantization parameters of a weight compressed with ``config``."""
         return config is not None and config.mode == self.mode
 
+    def keeps_rtn(self, role: AttentionRole | None) -> bool:
+        """Whether a weight with this attention role is left to round-to-nearest."""
+        return role is not None and role in self.params.rtn_roles
+
+    @property
+    def uses_roles(self) -> bool:
+        """Whether ``compress`` expects the attention role of each weight."""
+        return bool(self.params.rtn_roles)
+
     @property
     def uses_norm_gain(self) -> bool:
         """Whether ``compress`` expects norm-gain importance for layers that have it."""
@@ -129,13 +139,17 @@ class HQQ:
         reduction_axis: int,
         config: WeightCompressionConfig,
         importance: np.ndarray | None = None,
+        role: AttentionRole | None = None,
     ) -> CompressedWeight:
         """Compresses one weight; the result's tensors are in the grouped shape NNCF uses.
 
         :param importance: optional per-input-channel weights (length ``weight.shape[reduction_axis]``).
+        :param role: the weight's attention role; roles in ``params.rtn_roles`` get NNCF's round-to-nearest.
         """
         params, bits = self.params, config.num_bits
         grouped, axis = split_into_groups(as_float32_numpy(weight), reduction_axis, config.group_size)
+        if self.keeps_rtn(role):
+            return to_compressed_weight(grouped, *rtn_scale_zero_point(grouped, axis, bits), bits, True)
         weights = None
         if importance is not None:
             weights = importance_along_groups(importance, tuple(weight.shape), reduction_axis, config.group_size)
@@ -170,12 +184,15 @@ class HQQ:
         config: WeightCompressionConfig,
         activations: Tensor,
         importance: np.ndarray | None = None,
+        role: AttentionRole | None = None,
     ) -> CompressedWeight:
-        """HQQ, then scale refinement on calibration inputs that keeps HQQ's zero points.
+        """HQQ (or RTN for a role in ``rtn_roles``), then scale refinement on calibration inputs that keeps the
+        zero points.
 
         :param activations: calibration inputs of the layer, ``[in, samples]`` (or ``[experts, in, samples]``).
         """
-        base = self.compress(weight, reduction_axis, config, importance)
+        base = self.compress(weight, reduction_axis, config, importance, role)
+        integer_zero_point = not np.issubdtype(base.zero_point.as_numpy_tensor().data.dtype, np.floating)
         weight = as_float32_numpy(weight)
         axis = reduction_axis % weight.ndim
         group_size = config.group_size if config.group_size != -1 else weight.shape[axis]
@@ -195,7 +212,6 @@ class HQQ:
             SCALE_ESTIMATION_FACTORS,
         )
         grouped, _ = split_into_groups(weight, axis, config.group_size)
-        integer_zero_point = self.params.zero_point_format == ZeroPointFormat.INTEGER
         scale = from_canonical(1.0 / inverse_scale)
         return to_compressed_weight(grouped, scale, from_canonical(zero), config.num_bits, integer_zero_point)
 

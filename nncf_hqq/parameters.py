@@ -45,6 +45,14 @@ class Importance(str, Enum):
     NORM_GAIN = "norm_gain"
 
 
+class AttentionRole(str, Enum):
+    """Which attention input a projection MatMul produces (see ``nncf_hqq.roles``)."""
+
+    QUERY = "query"
+    KEY = "key"
+    VALUE = "value"
+
+
 @dataclass(frozen=True)
 class HQQParameters:
     """Hyper-parameters of Half-Quadratic Quantization (Badri & Shaji, 2023).
@@ -67,6 +75,8 @@ class HQQParameters:
         so both land within half a step of the code range). Outlier weights matter more to the model's outputs
         than their share of the squared error.
     :param importance: data-free weighting of input channels in every objective (see ``Importance``).
+    :param rtn_roles: attention projections (by ``AttentionRole``) that keep NNCF's round-to-nearest (integer
+        zero point) instead of HQQ, e.g. ``("value",)``; found in the OpenVINO graph, data-free.
     :param scale_estimation_rounds: with ``scale_estimation=True`` (calibration data), rounds of data-aware scale
         refinement that start from HQQ's result and keep its zero points (see ``solver.refine_scale_on_activations``).
     """
@@ -84,6 +94,7 @@ class HQQParameters:
     preserve_extremes: bool = False
     importance: Importance = Importance.NONE
     scale_estimation_rounds: int = 4
+    rtn_roles: tuple[AttentionRole, ...] = ()
 
     def __post_init__(self) -> None:
         _check_number("lp_norm", self.lp_norm, lambda v: 0.0 < v <= 1.0, "in (0, 1]")
@@ -101,6 +112,7 @@ class HQQParameters:
         _coerce_enum(self, "early_stop_scope", EarlyStopScope)
         _coerce_enum(self, "zero_point_format", ZeroPointFormat)
         _coerce_enum(self, "importance", Importance)
+        _coerce_roles(self)
 
 
 def _check_number(name: str, value: object, ok: Callable[[float], bool], expected: str) -> None:
@@ -118,6 +130,20 @@ def _coerce_enum(params: HQQParameters, name: str, enum_cls: type[Enum]) -> None
         allowed = ", ".join(repr(m.value) for m in enum_cls)
         msg = f"HQQParameters.{name} must be one of {allowed}, got {value!r}."
         raise nncf.ValidationError(msg) from None
+
+
+def _coerce_roles(params: HQQParameters) -> None:
+    roles = params.rtn_roles
+    allowed = ", ".join(repr(r.value) for r in AttentionRole)
+    if isinstance(roles, (str, AttentionRole)) or not isinstance(roles, (tuple, list, set, frozenset)):
+        msg = f"HQQParameters.rtn_roles must be a tuple of roles ({allowed}), got {roles!r}."
+        raise nncf.ValidationError(msg)
+    try:
+        coerced = tuple(sorted({AttentionRole(r) for r in roles}, key=lambda r: r.value))
+    except ValueError:
+        msg = f"HQQParameters.rtn_roles must hold roles from {allowed}, got {roles!r}."
+        raise nncf.ValidationError(msg) from None
+    object.__setattr__(params, "rtn_roles", coerced)
 
 
 #: The solver exactly as published in the reference `hqq` library (legacy proximal solver, float zero point).
