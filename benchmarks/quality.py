@@ -71,6 +71,16 @@ ROWS: dict[str, HQQParameters | None] = {
         rtn_guard=True,
         preserve_extremes=True,
     ),
+    "ls5_rtn_v": dataclasses.replace(BASE, refine_rounds=5, rtn_roles=("value",)),
+    "ls5_norm_gain_guard_rtn_v": dataclasses.replace(
+        BASE, refine_rounds=5, importance="norm_gain", rtn_guard=True, rtn_roles=("value",)
+    ),
+    "ls5_norm_gain_guard_rtn_kv": dataclasses.replace(
+        BASE, refine_rounds=5, importance="norm_gain", rtn_guard=True, rtn_roles=("key", "value")
+    ),
+    "ls10_norm_gain_guard_rtn_v": dataclasses.replace(
+        BASE, refine_rounds=10, importance="norm_gain", rtn_guard=True, rtn_roles=("value",)
+    ),
     "default": HQQ_DEFAULT,
 }
 
