@@ -20,22 +20,28 @@ from nncf_hqq._nncf_glue import WeightCompressionParameters
 from nncf_hqq.conversion import decompress
 from nncf_hqq.conversion import hqq_to_nncf
 from nncf_hqq.conversion import to_compressed_weight
+from nncf_hqq.conversion import to_symmetric_compressed_weight
 from nncf_hqq.parameters import AttentionRole
 from nncf_hqq.parameters import HQQParameters
 from nncf_hqq.parameters import Importance
 from nncf_hqq.parameters import ZeroPointFormat
 from nncf_hqq.solver import hqq_solve
+from nncf_hqq.solver import optimize_scale_proximal
 from nncf_hqq.solver import refine_least_squares
 from nncf_hqq.solver import refine_scale_on_activations
+from nncf_hqq.solver import refine_symmetric_scale
 from nncf_hqq.solver import rtn_scale_zero_point
 from nncf_hqq.solver import split_into_groups
+from nncf_hqq.solver import symmetric_init
 from nncf_hqq.solver import weighted_mean
 
 #: Starting points ``s / f`` of the data-aware scale refinement (``HQQ.compress_on_activations``).
 SCALE_ESTIMATION_FACTORS = (1.0, 0.95, 0.9, 0.85)
 
-#: The compression modes HQQ handles.
-SUPPORTED_MODES = (CompressWeightsMode.INT4_ASYM, CompressWeightsMode.INT8_ASYM)
+#: The compression modes HQQ handles: asymmetric (float or integer zero point) and symmetric (scale only).
+ASYMMETRIC_MODES = (CompressWeightsMode.INT4_ASYM, CompressWeightsMode.INT8_ASYM)
+SYMMETRIC_MODES = (CompressWeightsMode.INT4_SYM, CompressWeightsMode.INT8_SYM)
+SUPPORTED_MODES = ASYMMETRIC_MODES + SYMMETRIC_MODES
 
 
 def single_reduction_axis(reduction_axes: int | tuple[int, ...], weight_name: str) -> int:
@@ -148,11 +154,13 @@ class HQQ:
         """
         params, bits = self.params, config.num_bits
         grouped, axis = split_into_groups(as_float32_numpy(weight), reduction_axis, config.group_size)
-        if self.keeps_rtn(role):
-            return to_compressed_weight(grouped, *rtn_scale_zero_point(grouped, axis, bits), bits, True)
         weights = None
         if importance is not None:
             weights = importance_along_groups(importance, tuple(weight.shape), reduction_axis, config.group_size)
+        if config.mode in SYMMETRIC_MODES:
+            return self.compress_symmetric(grouped, axis, bits, weights, role)
+        if self.keeps_rtn(role):
+            return to_compressed_weight(grouped, *rtn_scale_zero_point(grouped, axis, bits), bits, True)
         integer_zero_point = params.zero_point_format == ZeroPointFormat.INTEGER
         if weights is None:
             inverse_scale, zero = fast_path.solve(grouped, axis, bits, params)
@@ -177,6 +185,26 @@ class HQQ:
             result = choose_per_group(next(errors) <= next(errors), result, rtn)
         return result
 
+    def compress_symmetric(
+        self, grouped: Tensor, axis: int, bits: int, weights: Tensor | None, role: AttentionRole | None
+    ) -> CompressedWeight:
+        """Symmetric HQQ: the proximal loop (and refinement) over the scale, guarded by NNCF's symmetric RTN."""
+        rtn_scale = symmetric_init(grouped, axis, bits)
+        if self.keeps_rtn(role):
+            return to_symmetric_compressed_weight(grouped, rtn_scale, bits)
+        scale = optimize_scale_proximal(grouped, rtn_scale, axis, bits, self.params, weights)
+        if self.params.refine_rounds:
+            scale = refine_symmetric_scale(grouped, scale, axis, bits, self.params.refine_rounds, weights)
+        result = to_symmetric_compressed_weight(grouped, scale, bits)
+        if self.params.rtn_guard:
+            rtn = to_symmetric_compressed_weight(grouped, rtn_scale, bits)
+            errors = (stored_group_error(grouped, c, axis, weights) for c in (result, rtn))
+            better = next(errors) <= next(errors)
+            result = CompressedWeight(
+                fns.where(better, result.tensor, rtn.tensor), fns.where(better, result.scale, rtn.scale), None
+            )
+        return result
+
     def compress_on_activations(
         self,
         weight: Tensor,
@@ -192,6 +220,8 @@ class HQQ:
         :param activations: calibration inputs of the layer, ``[in, samples]`` (or ``[experts, in, samples]``).
         """
         base = self.compress(weight, reduction_axis, config, importance, role)
+        if base.zero_point is None:  # symmetric: the data-aware refinement is written for zero points
+            return base
         integer_zero_point = not np.issubdtype(base.zero_point.as_numpy_tensor().data.dtype, np.floating)
         weight = as_float32_numpy(weight)
         axis = reduction_axis % weight.ndim

@@ -74,8 +74,18 @@ def to_compressed_weight(
     return CompressedWeight(codes, scale, zero_point)
 
 
+def to_symmetric_compressed_weight(grouped_weight: Tensor, scale: Tensor, num_bits: int) -> CompressedWeight:
+    """NNCF's ``CompressedWeight`` without zero point: signed codes (int8) and a signed scale rounded to f16."""
+    magnitude = round_to_f16(fns.abs(scale), F16_TINY, F16_MAX)
+    scale = fns.where(scale < 0.0, -magnitude, magnitude)
+    half = float(2 ** (num_bits - 1))
+    codes = fns.clip(fns.round(grouped_weight.astype(TensorDataType.float32) / scale), -half, half - 1.0)
+    return CompressedWeight(codes.astype(TensorDataType.int8), scale, None)
+
+
 def decompress(compressed: CompressedWeight) -> Tensor:
-    """Float32 reconstruction ``(q - zero_point) * scale`` in the grouped shape."""
+    """Float32 reconstruction ``(q - zero_point) * scale`` (``q * scale`` without zero point), grouped shape."""
     codes = compressed.tensor.astype(TensorDataType.float32)
-    zero_point = compressed.zero_point.astype(TensorDataType.float32)
-    return (codes - zero_point) * compressed.scale.astype(TensorDataType.float32)
+    if compressed.zero_point is not None:
+        codes = codes - compressed.zero_point.astype(TensorDataType.float32)
+    return codes * compressed.scale.astype(TensorDataType.float32)

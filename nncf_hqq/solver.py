@@ -336,3 +336,79 @@ def refine_scale_on_activations(
             best = fns.where(better, fns.moveaxis(candidate, -3, -2)[..., 0], best)
             best_error = fns.where(better, error, best_error)
     return fns.moveaxis(best[..., None], -3, -2)
+
+
+def signed_levels(num_bits: int) -> tuple[float, float]:
+    """Code range ``[-2^(b-1), 2^(b-1) - 1]`` of symmetric quantization."""
+    half = float(2 ** (num_bits - 1))
+    return -half, half - 1.0
+
+
+def symmetric_init(weight: Tensor, axis: int, num_bits: int) -> Tensor:
+    """NNCF's signed scale (convention ``W ~ q * scale``): the larger-magnitude end of the group maps to code
+    ``-2^(b-1)``, so the scale is negative when the maximum outweighs the minimum's magnitude."""
+    low, _ = signed_levels(num_bits)
+    w_abs_min = fns.abs(fns.min(weight, axis=axis, keepdims=True))
+    w_max = fns.max(weight, axis=axis, keepdims=True)
+    scale = fns.where(w_abs_min >= w_max, w_abs_min, -w_max) / -low
+    eps = float(fns.finfo(scale).eps)
+    return fns.where(fns.abs(scale) < eps, eps, scale)
+
+
+def symmetric_codes(weight: Tensor, scale: Tensor, num_bits: int) -> Tensor:
+    """``clip(round(W / scale), -2^(b-1), 2^(b-1) - 1)`` (float dtype)."""
+    low, high = signed_levels(num_bits)
+    return fns.clip(fns.round(weight / scale), low, high)
+
+
+def optimize_scale_proximal(
+    weight: Tensor, scale: Tensor, axis: int, num_bits: int, params: HQQParameters, importance: Tensor | None = None
+) -> Tensor:
+    """HQQ's proximal loop for symmetric quantization, where the scale is the only parameter: shrink the error
+    with the lp operator, then take the closed-form scale ``<q, W - We> / <q, q>`` for the current codes. Early
+    stop and best iterate as in ``optimize_zero_point_proximal``; groups whose update is degenerate keep theirs."""
+    weight = weight.astype(TensorDataType.float32)
+    error_axis = axis if params.early_stop_scope == EarlyStopScope.GROUP else None
+    beta = params.beta
+    best_error = mean_absolute_error(weight, weight, error_axis) + float("inf")
+    best_scale, active = scale, fns.zeros_like(best_error) == 0.0
+    for _ in range(params.iterations):
+        codes = symmetric_codes(weight, scale, num_bits)
+        error = mean_absolute_error(weight, codes * scale, error_axis, importance)
+        improved = (error < best_error) & active
+        best_error = fns.where(improved, error, best_error)
+        best_scale = fns.where(improved, scale, best_scale)
+        target = weight - shrink_lp(weight - codes * scale, beta, params.lp_norm)
+        numerator = weighted_mean(codes * target, importance, axis)
+        denominator = weighted_mean(codes * codes, importance, axis)
+        valid = (denominator > 0.0) & (numerator * scale > 0.0) & active
+        scale = fns.where(valid, numerator / fns.where(valid, denominator, 1.0), scale)
+        beta *= params.kappa
+        if params.early_stop:
+            active = improved
+            if not fns.any(active):
+                break
+    return best_scale if params.return_best else scale
+
+
+def refine_symmetric_scale(
+    weight: Tensor, scale: Tensor, axis: int, num_bits: int, rounds: int, importance: Tensor | None = None
+) -> Tensor:
+    """Alternating nearest codes and the least-squares scale ``<q, W> / <q, q>``, best iterate per group."""
+    weight = weight.astype(TensorDataType.float32)
+
+    def group_error(s: Tensor) -> Tensor:
+        diff = symmetric_codes(weight, s, num_bits) * s - weight
+        return weighted_mean(diff * diff, importance, axis)
+
+    best, best_error = scale, group_error(scale)
+    for _ in range(rounds):
+        codes = symmetric_codes(weight, scale, num_bits)
+        numerator = weighted_mean(codes * weight, importance, axis)
+        denominator = weighted_mean(codes * codes, importance, axis)
+        valid = (denominator > 0.0) & (numerator * scale > 0.0)
+        scale = fns.where(valid, numerator / fns.where(valid, denominator, 1.0), scale)
+        error = group_error(scale)
+        better = error < best_error
+        best, best_error = fns.where(better, scale, best), fns.where(better, error, best_error)
+    return best

@@ -20,6 +20,7 @@ from nncf_hqq.conversion import decompress
 from nncf_hqq.conversion import hqq_to_nncf
 from nncf_hqq.conversion import nncf_to_hqq
 from nncf_hqq.conversion import to_compressed_weight
+from nncf_hqq.conversion import to_symmetric_compressed_weight
 from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import HQQ_REFERENCE
 from nncf_hqq.parameters import HQQParameters
@@ -28,6 +29,7 @@ from nncf_hqq.solver import hqq_solve
 from nncf_hqq.solver import quantize
 from nncf_hqq.solver import rtn_scale_zero_point
 from nncf_hqq.solver import split_into_groups
+from nncf_hqq.solver import symmetric_init
 
 INT4 = WeightCompressionConfig(CompressWeightsMode.INT4_ASYM, group_size=32)
 GUARDED = dataclasses.replace(HQQ_DEFAULT, rtn_guard=True)
@@ -159,3 +161,38 @@ def test_tiny_and_huge_magnitudes_give_finite_results(magnitude: float) -> None:
     compressed = HQQ(HQQ_DEFAULT).compress(Tensor(weight), 1, INT4)
     for part in (compressed.scale, compressed.zero_point, decompress(compressed)):
         assert np.isfinite(part.data).all()
+
+
+@pytest.mark.parametrize(
+    ("mode", "max_ratio"),
+    [(CompressWeightsMode.INT4_SYM, 0.97), (CompressWeightsMode.INT8_SYM, 0.995)],
+    ids=["int4-g64", "int8-per-channel"],
+)
+def test_symmetric_hqq_beats_symmetric_rtn(mode: CompressWeightsMode, max_ratio: float) -> None:
+    weight = heavy_tailed((256, 256), seed=7)
+    group_size = 64 if mode == CompressWeightsMode.INT4_SYM else -1
+    config = WeightCompressionConfig(mode, group_size)
+    grouped, axis = split_into_groups(Tensor(weight), 1, group_size)
+    rtn = to_symmetric_compressed_weight(grouped, symmetric_init(grouped, axis, config.num_bits), config.num_bits)
+    ours = HQQ(HQQ_DEFAULT, mode).compress(Tensor(weight), 1, config)
+    assert ours.zero_point is None and ours.tensor.data.dtype == np.int8
+    rtn_error = float(((decompress(rtn).data - grouped.data) ** 2).sum())
+    assert float(((decompress(ours).data - grouped.data) ** 2).sum()) < max_ratio * rtn_error
+
+
+def test_symmetric_rtn_scale_equals_nncf() -> None:
+    grouped, axis = split_into_groups(Tensor(heavy_tailed((32, 128), seed=8)), 1, 64)
+    config = WeightCompressionConfig(CompressWeightsMode.INT4_SYM, 64)
+    theirs, _ = calculate_integer_quantization_params(grouped, axis, config)
+    np.testing.assert_array_equal(symmetric_init(grouped, axis, 4).data, theirs.data)
+
+
+@settings(max_examples=60, deadline=None)
+@given(weights_strategy)
+def test_guarded_symmetric_hqq_never_above_symmetric_rtn(weight: np.ndarray) -> None:
+    config = WeightCompressionConfig(CompressWeightsMode.INT4_SYM, 8)
+    grouped, axis = split_into_groups(Tensor(weight), 1, 8)
+    rtn = to_symmetric_compressed_weight(grouped, symmetric_init(grouped, axis, 4), 4)
+    ours = HQQ(GUARDED, CompressWeightsMode.INT4_SYM).compress(Tensor(weight), 1, config)
+    rtn_error = ((decompress(rtn).data - grouped.data) ** 2).sum(axis=axis)
+    assert np.all(((decompress(ours).data - grouped.data) ** 2).sum(axis=axis) <= rtn_error + 1e-12)

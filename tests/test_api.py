@@ -102,6 +102,16 @@ def test_hqq_output_error_not_above_rtn(reference_output: np.ndarray) -> None:
     assert relative_error(run(hqq, ids), reference_output) <= relative_error(run(rtn, ids), reference_output)
 
 
+@pytest.mark.parametrize("mode", [CompressWeightsMode.INT4_SYM, CompressWeightsMode.INT8_SYM], ids=["int4", "int8"])
+def test_symmetric_hqq_runs_without_zero_points(mode: CompressWeightsMode, reference_output: np.ndarray) -> None:
+    group_size = 32 if mode == CompressWeightsMode.INT4_SYM else None
+    rtn = nncf.compress_weights(transformer_like(), mode=mode, group_size=group_size)
+    hqq = nncf.compress_weights(transformer_like(), mode=mode, group_size=group_size, hqq=True)
+    assert set(zero_point_types(hqq)) == set(zero_point_types(rtn))  # only NNCF's int8 backup layers have one
+    ids = input_ids()
+    assert relative_error(run(hqq, ids), reference_output) <= relative_error(run(rtn, ids), reference_output)
+
+
 def test_moe_weight_keeps_expert_axis() -> None:
     model = nncf.compress_weights(transformer_like(), mode=INT4, group_size=32, hqq=True)
     shapes = {
@@ -195,7 +205,7 @@ def weight_with_nan() -> ov.Model:
 
 
 ERROR_CASES = [
-    pytest.param({"mode": CompressWeightsMode.INT4_SYM}, nncf.ValidationError, "INT4_ASYM, INT8_ASYM", id="int4-sym"),
+    pytest.param({"mode": CompressWeightsMode.INT3_SYM}, nncf.ValidationError, "INT4_ASYM, INT8_ASYM", id="int3-sym"),
     pytest.param({"mode": CompressWeightsMode.NF4}, nncf.ValidationError, "got mode=NF4", id="nf4"),
     pytest.param({"mode": CompressWeightsMode.CB4}, nncf.ValidationError, "got mode=CB4", id="codebook"),
     pytest.param({"mode": CompressWeightsMode.MXFP4}, nncf.ValidationError, "MXFP4", id="mxfp4"),
