@@ -1,0 +1,376 @@
+"""The ``nncf-hqq`` command line.
+
+    nncf-hqq compress MODEL OUT [--mode int4_asym|int4_sym|int8_asym|int8_sym] [--group-size N] [--ratio R] [--awq]
+                      [--scale-estimation --dataset TEXT_FILE] [--zero-point float|int] [--no-hqq]
+    nncf-hqq evaluate MODEL... --reference FP_MODEL [--text FILE] [--windows N] [--json OUT.json] [--png OUT.png]
+    nncf-hqq demo [--windows N] [--cache DIR] [--out DIR]
+
+Results go to stdout, progress and step times to stderr. Bad arguments exit with code 2 and a one-line message,
+other failures with code 1 and a one-line message (``--traceback`` shows the Python traceback instead).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import sys
+import time
+from collections.abc import Iterator
+from collections.abc import Sequence
+from contextlib import contextmanager
+from contextlib import redirect_stdout
+from pathlib import Path
+from typing import Any
+from typing import TextIO
+
+from nncf.common.logging import nncf_logger
+
+from nncf_hqq import evaluation
+from nncf_hqq import workflows
+from nncf_hqq.workflows import MODES
+from nncf_hqq.workflows import CompressionOptions
+
+PROG = "nncf-hqq"
+
+
+class UsageError(Exception):
+    """A bad command-line argument: reported with the command's usage line and exit code 2."""
+
+
+class _Output:
+    """Where results go: the stdout of the command, while NNCF's logs and progress bars go to stderr."""
+
+    stream: TextIO | None = None
+
+
+def _out(text: str) -> None:
+    stream = _Output.stream or sys.stdout
+    stream.write(text + "\n")
+    stream.flush()
+
+
+def _info(text: str) -> None:
+    sys.stderr.write(f"[{PROG}] {text}\n")
+    sys.stderr.flush()
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Parser
+# --------------------------------------------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--traceback", action="store_true", help="show the Python traceback of a failure")
+    parser = argparse.ArgumentParser(prog=PROG, description="HQQ weight compression for OpenVINO LLMs with NNCF.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    help_texts = {
+        "compress": "compress a HF model or an OpenVINO IR into a dir that optimum-intel loads",
+        "evaluate": "perplexity, KL and top-1 agreement of OpenVINO LLMs against a reference",
+        "demo": "RTN vs HQQ vs data-free AWQ (+HQQ) on SmolLM2-135M-Instruct, INT4_ASYM g64",
+    }
+    for name, add_arguments, handler in (
+        ("compress", _add_compress_arguments, run_compress),
+        ("evaluate", _add_evaluate_arguments, run_evaluate),
+        ("demo", _add_demo_arguments, run_demo),
+    ):
+        sub = commands.add_parser(name, parents=[common], help=help_texts[name], description=help_texts[name])
+        add_arguments(sub)
+        sub.set_defaults(handler=handler, subparser=sub)
+    return parser
+
+
+def _add_compress_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", metavar="MODEL", help="OpenVINO IR (.xml or dir), HF model dir, or HF hub id")
+    p.add_argument("out", metavar="OUT", type=Path, help="output dir (openvino_model.xml/.bin + config/tokenizer)")
+    p.add_argument("--mode", type=str.lower, choices=sorted(MODES), default="int4_asym", help="default: int4_asym")
+    p.add_argument("--group-size", type=int, help="weights per group; -1: per channel (NNCF default: 128 for int4)")
+    p.add_argument("--ratio", type=float, help="share of layers in --mode, the rest in the backup mode (default 1)")
+    p.add_argument("--backup-mode", type=str.lower, choices=sorted(workflows.BACKUP_MODES), help="default: int8_asym")
+    p.add_argument("--awq", action="store_true", help="AWQ (data-aware with --dataset, otherwise data-free)")
+    p.add_argument("--scale-estimation", action="store_true", help="Scale Estimation (needs --dataset)")
+    p.add_argument("--dataset", metavar="TEXT_FILE", type=Path, help="calibration text (random 256-token windows)")
+    p.add_argument("--subset-size", type=int, default=128, help="calibration samples (default 128)")
+    p.add_argument("--tokenizer", metavar="DIR", type=Path, help="tokenizer dir for --dataset (default: MODEL's)")
+    p.add_argument("--zero-point", choices=sorted(workflows.ZERO_POINT_FORMATS), help="HQQ zero point (default float)")
+    p.add_argument("--no-hqq", action="store_true", help="plain NNCF (round to nearest) instead of HQQ")
+
+
+def _add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("models", metavar="MODEL", nargs="+", help="OpenVINO IR (.xml or dir); NAME=PATH names a row")
+    p.add_argument("--reference", metavar="FP_MODEL", required=True, help="the float OpenVINO IR (.xml or dir)")
+    p.add_argument("--reference-name", default="fp", help="row name of the reference (default: fp)")
+    p.add_argument("--text", type=Path, help="evaluation text (default: the shared WikiText-2 test text)")
+    p.add_argument("--windows", type=int, default=40, help="first N non-overlapping windows (default 40)")
+    p.add_argument("--window-size", type=int, default=evaluation.WINDOW, help="tokens per window (default 512)")
+    p.add_argument("--tokenizer", metavar="DIR", type=Path, help="tokenizer dir (default: the reference's dir)")
+    p.add_argument("--json", type=Path, help="write the results as JSON")
+    p.add_argument("--png", type=Path, help="draw the results as a PNG bar chart")
+
+
+def _add_demo_arguments(p: argparse.ArgumentParser) -> None:
+    from nncf_hqq.demo import DEFAULT_OUT
+    from nncf_hqq.demo import DEFAULT_WINDOWS
+
+    p.add_argument(
+        "--windows", type=int, default=DEFAULT_WINDOWS, help=f"WikiText-2 windows (default {DEFAULT_WINDOWS})"
+    )
+    p.add_argument("--cache", type=Path, help="model cache dir (default: $NNCF_HQQ_CACHE or ~/.cache/nncf_hqq)")
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"output dir for JSON and PNG (default {DEFAULT_OUT})")
+    p.add_argument("--text", type=Path, help="evaluation text (default: the shared WikiText-2 test text)")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Entry point
+# --------------------------------------------------------------------------------------------------------------------
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``nncf-hqq``; returns the exit code (0 success, 1 failure, 2 bad arguments)."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # argparse: --help (0) or a usage error (2), message already written
+        return exit_.code if isinstance(exit_.code, int) else 2
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        with _results_on_stdout_logs_on_stderr():
+            return int(args.handler(args))
+    except UsageError as err:
+        args.subparser.print_usage(sys.stderr)
+        sys.stderr.write(f"{PROG} {args.command}: error: {err}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write(f"{PROG}: interrupted\n")
+        return 130
+    except Exception as err:
+        if args.traceback:
+            raise
+        sys.stderr.write(f"{PROG} {args.command}: error: {_describe(err)}\n")
+        return 1
+
+
+@contextmanager
+def _results_on_stdout_logs_on_stderr() -> Iterator[None]:
+    """Keep stdout for the results (tables, paths): NNCF's log lines and rich progress bars go to stderr."""
+    handlers = [h for h in nncf_logger.handlers if isinstance(h, logging.StreamHandler) and h.stream is sys.stdout]
+    _Output.stream = sys.stdout
+    try:
+        for handler in handlers:
+            handler.setStream(sys.stderr)
+        with redirect_stdout(sys.stderr):
+            yield
+    finally:
+        for handler in handlers:
+            handler.setStream(_Output.stream)
+        _Output.stream = None
+
+
+def _describe(err: BaseException) -> str:
+    """A one-line description: the message, prefixed by the exception type when that says something."""
+    message = str(err).strip() or repr(err)
+    if isinstance(err, ImportError):
+        return f"{message}: install the llm extra (pip install -e '.[llm]')"
+    if isinstance(err, (FileNotFoundError, ValueError, RuntimeError)) or type(err).__module__.startswith("nncf"):
+        return message
+    return f"{type(err).__name__}: {message} (rerun with --traceback for details)"
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# compress
+# --------------------------------------------------------------------------------------------------------------------
+def check_compress_arguments(args: argparse.Namespace) -> None:
+    """Raise UsageError for option combinations that cannot work, before any model is read."""
+    if args.ratio is not None and not 0.0 < args.ratio <= 1.0:
+        raise UsageError(f"--ratio must be in (0, 1], got {args.ratio}")
+    if args.group_size is not None and (args.group_size == 0 or args.group_size < -1):
+        raise UsageError(
+            f"--group-size must be a positive number of weights or -1 (per channel), got {args.group_size}"
+        )
+    if args.subset_size <= 0:
+        raise UsageError(f"--subset-size must be positive, got {args.subset_size}")
+    if args.zero_point is not None and args.no_hqq:
+        raise UsageError("--zero-point sets HQQ's zero point; it cannot be combined with --no-hqq")
+    if args.scale_estimation and args.dataset is None:
+        raise UsageError("--scale-estimation needs calibration data: add --dataset TEXT_FILE")
+    if args.dataset is not None and not args.dataset.is_file():
+        raise UsageError(f"--dataset {args.dataset} is not a file")
+    if args.tokenizer is not None and not args.tokenizer.is_dir():
+        raise UsageError(f"--tokenizer {args.tokenizer} is not a directory")
+    if args.out.exists() and not args.out.is_dir():
+        raise UsageError(f"OUT {args.out} exists and is not a directory")
+    if args.zero_point is not None and not args.mode.endswith("_asym"):
+        raise UsageError(f"--zero-point applies to asymmetric modes; {args.mode} has no zero point")
+    if args.mode in workflows.INT8_MODES:
+        per_channel_only = {
+            "--group-size": args.group_size not in (None, -1),
+            "--ratio": args.ratio not in (None, 1.0),
+            "--awq": args.awq,
+            "--scale-estimation": args.scale_estimation,
+            "--dataset": args.dataset is not None,
+            "--backup-mode": args.backup_mode is not None,
+        }
+        if given := [flag for flag, used in per_channel_only.items() if used]:
+            raise UsageError(f"{args.mode} compresses every layer per channel without data; drop {', '.join(given)}")
+
+
+def compression_options(args: argparse.Namespace) -> CompressionOptions:
+    return CompressionOptions(
+        mode=args.mode,
+        group_size=args.group_size,
+        ratio=args.ratio,
+        backup_mode=args.backup_mode,
+        awq=args.awq,
+        scale_estimation=args.scale_estimation,
+        hqq=not args.no_hqq,
+        zero_point=args.zero_point,
+        subset_size=args.subset_size,
+    )
+
+
+def run_compress(args: argparse.Namespace) -> int:
+    check_compress_arguments(args)
+    try:
+        workflows.model_kind(args.model)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    options = compression_options(args)
+    start = time.perf_counter()
+    with workflows.source_model(args.model, log=_info) as source:
+        if args.out.resolve() == source.xml.parent.resolve():
+            raise UsageError("OUT must differ from the directory of the source model (its weights are read from there)")
+        dataset = _dataset(args, source) if args.dataset is not None else None
+        _info(f"Compressing {source.xml} ({_describe_options(options, dataset is not None)})")
+        compress_start = time.perf_counter()
+        model = workflows.compress_model(workflows.read_model(source.xml), options, dataset)
+        compress_seconds = time.perf_counter() - compress_start
+        _info(f"compression: {compress_seconds:.1f} s")
+        record = _compress_record(args, options, compress_seconds)
+        copied = workflows.save_model_dir(model, args.out, source.files_dir, record)
+    _out(f"Wrote {args.out / workflows.MODEL_XML} ({_describe_options(options, args.dataset is not None)})")
+    if copied:
+        _out(f"Copied from the source: {', '.join(copied)}")
+    else:
+        _out("No config/tokenizer files beside the source IR: add them to OUT before loading it with optimum-intel")
+    _out(f"Total: {time.perf_counter() - start:.1f} s (compression {compress_seconds:.1f} s)")
+    return 0
+
+
+def _dataset(args: argparse.Namespace, source: workflows.SourceModel) -> Any:
+    tokenizer_dir = args.tokenizer or source.files_dir
+    if tokenizer_dir is None:
+        raise UsageError("--dataset needs the model's tokenizer: pass --tokenizer DIR")
+    if not (args.awq or args.scale_estimation or (args.ratio is not None and args.ratio < 1.0)):
+        _info("note: --dataset is used only by --awq, --scale-estimation or --ratio < 1; it has no effect here")
+    _info(f"Calibration data: {args.subset_size} random 256-token windows of {args.dataset}")
+    return workflows.calibration_dataset(tokenizer_dir, args.dataset, args.subset_size)
+
+
+def _describe_options(options: CompressionOptions, data_aware: bool) -> str:
+    parts = [options.mode, f"group size {options.group_size}" if options.group_size else "NNCF's default group size"]
+    if options.ratio is not None:
+        parts.append(f"ratio {options.ratio}")
+    if options.awq:
+        parts.append("AWQ" if data_aware else "data-free AWQ")
+    if options.scale_estimation:
+        parts.append("Scale Estimation")
+    parts.append(f"HQQ ({options.zero_point or 'default'} zero point)" if options.hqq else "RTN (no HQQ)")
+    return ", ".join(parts)
+
+
+def _compress_record(args: argparse.Namespace, options: CompressionOptions, seconds: float) -> dict[str, Any]:
+    params = options.hqq_params()
+    return {
+        "source": str(args.model),
+        "options": dataclasses.asdict(options),
+        "hqq_params": dataclasses.asdict(params) if params is not None else None,
+        "dataset": str(args.dataset) if args.dataset is not None else None,
+        "compress_seconds": seconds,
+        "versions": workflows.versions(),
+    }
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# evaluate
+# --------------------------------------------------------------------------------------------------------------------
+def _ir_or_usage_error(path: str, what: str) -> Path:
+    p = Path(path).expanduser()
+    if (p.is_file() and p.suffix == ".xml") or workflows.is_ir_dir(p):
+        return p
+    raise UsageError(f"{what} {path!r} is not an OpenVINO IR (an .xml file, or a dir with {workflows.MODEL_XML})")
+
+
+def _text_or_usage_error(text: Path | None) -> Path:
+    if text is not None:
+        if not text.is_file():
+            raise UsageError(f"--text {text} is not a file")
+        return text
+    found = workflows.default_text()
+    if found is None:
+        raise UsageError("no --text given and the shared WikiText-2 text was not found ($NNCF_HQQ_SHARED)")
+    return found
+
+
+def run_evaluate(args: argparse.Namespace) -> int:
+    if args.windows <= 0 or args.window_size < 2:
+        raise UsageError("--windows must be positive and --window-size at least 2")
+    reference = _ir_or_usage_error(args.reference, "--reference")
+    try:
+        labelled = workflows.unique_labels(args.models)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    if args.reference_name in labelled:
+        raise UsageError(
+            f"a MODEL is named {args.reference_name!r} like the reference; use NAME=PATH or --reference-name"
+        )
+    candidates = {name: _ir_or_usage_error(path, "MODEL") for name, path in labelled.items()}
+    text = _text_or_usage_error(args.text)
+    tokenizer_dir = args.tokenizer or (reference if reference.is_dir() else reference.parent)
+    if args.png is not None:
+        workflows.require_matplotlib()
+    start = time.perf_counter()
+    results = workflows.evaluate_against(
+        reference, candidates, tokenizer_dir, text, args.windows, args.window_size, args.reference_name
+    )
+    _info(f"evaluation: {time.perf_counter() - start:.1f} s")
+    _out(workflows.format_table(results))
+    record = {
+        "reference": args.reference_name,
+        "models": {args.reference_name: str(reference), **{n: str(p) for n, p in candidates.items()}},
+        "text": str(text),
+        "windows": args.windows,
+        "window_size": args.window_size,
+        "results": results,
+        "versions": workflows.versions(),
+    }
+    if args.json is not None:
+        _out(f"JSON: {workflows.write_json(args.json, record)}")
+    if args.png is not None:
+        title = f"{args.windows} x {args.window_size}-token windows of {text.name}, reference {args.reference_name}"
+        _out(f"PNG: {workflows.write_png(args.png, results, title, args.reference_name)}")
+    return 0
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# demo
+# --------------------------------------------------------------------------------------------------------------------
+def run_demo(args: argparse.Namespace) -> int:
+    from nncf_hqq.demo import run_demo as demo
+
+    if args.windows <= 0:
+        raise UsageError(f"--windows must be positive, got {args.windows}")
+    if args.text is not None and not args.text.is_file():
+        raise UsageError(f"--text {args.text} is not a file")
+    result = demo(windows=args.windows, cache=args.cache, out_dir=args.out, text=args.text, log=_info)
+    extra = {name: {"compress s": seconds} for name, seconds in result.compress_seconds.items()}
+    _out(workflows.format_table(result.results, extra))
+    _out("")
+    for step, seconds in result.steps.items():
+        _out(f"{seconds:8.1f} s  {step}")
+    _out(f"{result.wall_seconds:8.1f} s  total wall time")
+    _out(f"JSON: {result.json_path}")
+    _out(f"PNG: {result.png_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

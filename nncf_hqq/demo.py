@@ -1,0 +1,172 @@
+"""``nncf-hqq demo``: RTN vs HQQ vs data-free AWQ (with and without HQQ) on the real SmolLM2-135M-Instruct.
+
+Every row compresses the same fp32 OpenVINO IR with INT4_ASYM, group size 64, ratio 1 and ``backup_mode=NONE``
+(shared/PROTOCOL.md: embeddings and lm_head stay float, only the decoder's Linear weights differ between rows), and
+is evaluated on the same first N 512-token windows of WikiText-2 against the float model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable
+from collections.abc import Iterator
+from collections.abc import Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from dataclasses import field
+from pathlib import Path
+from typing import Any
+
+from nncf.common.logging import nncf_logger
+from nncf.common.logging.track_progress import track
+
+from nncf_hqq import evaluation
+from nncf_hqq import models
+from nncf_hqq.workflows import CompressionOptions
+from nncf_hqq.workflows import compress_model
+from nncf_hqq.workflows import default_text
+from nncf_hqq.workflows import evaluate_against
+from nncf_hqq.workflows import read_model
+from nncf_hqq.workflows import require_matplotlib
+from nncf_hqq.workflows import versions
+from nncf_hqq.workflows import write_json
+from nncf_hqq.workflows import write_png
+
+Log = Callable[[str], None]
+
+DEMO_MODEL = "SmolLM2-135M-Instruct"
+DEFAULT_WINDOWS = 8
+DEFAULT_OUT = Path("results") / "demo"
+
+#: PROTOCOL.md's comparison settings for SmolLM2 (hidden 576: group size 64).
+DEMO_BASE = CompressionOptions(mode="int4_asym", group_size=64, ratio=1.0, backup_mode="none")
+
+#: The demo's rows: name -> compression options (data-free: no dataset anywhere).
+DEMO_METHODS: dict[str, CompressionOptions] = {
+    "rtn": dataclasses.replace(DEMO_BASE, hqq=False),
+    "hqq": DEMO_BASE,
+    "awq": dataclasses.replace(DEMO_BASE, hqq=False, awq=True),
+    "awq_hqq": dataclasses.replace(DEMO_BASE, awq=True),
+}
+
+
+@dataclass
+class StepTimer:
+    """Times named steps and reports each one through ``log`` when it ends."""
+
+    log: Log
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def step(self, name: str) -> Iterator[None]:
+        self.log(f"{name} ...")
+        start = time.perf_counter()
+        yield
+        self.seconds[name] = time.perf_counter() - start
+        self.log(f"{name}: {self.seconds[name]:.1f} s")
+
+
+@dataclass
+class DemoResult:
+    """What the demo measured and where it wrote it."""
+
+    results: dict[str, evaluation.Metrics]
+    compress_seconds: dict[str, float]
+    steps: dict[str, float]
+    wall_seconds: float
+    json_path: Path
+    png_path: Path
+
+
+@contextmanager
+def model_cache(cache: Path | None) -> Iterator[None]:
+    """Point ``nncf_hqq.models`` at ``cache`` (``$NNCF_HQQ_CACHE``) for the duration; None keeps the current one."""
+    if cache is None:
+        yield
+        return
+    previous = os.environ.get(models.CACHE_ENV)
+    os.environ[models.CACHE_ENV] = str(Path(cache).expanduser().resolve())
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(models.CACHE_ENV, None)
+        else:
+            os.environ[models.CACHE_ENV] = previous
+
+
+def demo_text(text: Path | None) -> Path:
+    """``text`` or the shared WikiText-2 test text; a FileNotFoundError that says what to do when neither exists."""
+    if text is not None:
+        if not text.is_file():
+            msg = f"--text {text} does not exist"
+            raise FileNotFoundError(msg)
+        return text
+    found = default_text()
+    if found is None:
+        msg = (
+            "WikiText-2 (shared/data/wikitext-2-raw/wiki.test.raw) was not found: set $NNCF_HQQ_SHARED to the shared/ "
+            "directory or pass --text FILE (any English text of at least N x 512 tokens)"
+        )
+        raise FileNotFoundError(msg)
+    return found
+
+
+def run_demo(
+    windows: int = DEFAULT_WINDOWS,
+    cache: Path | None = None,
+    out_dir: Path = DEFAULT_OUT,
+    text: Path | None = None,
+    log: Log = nncf_logger.info,
+    methods: Mapping[str, CompressionOptions] | None = None,
+) -> DemoResult:
+    """Obtain SmolLM2 (cached), compress it once per method, evaluate all against FP, write JSON and PNG."""
+    start = time.perf_counter()
+    methods = dict(methods or DEMO_METHODS)
+    text_path = demo_text(text)
+    require_matplotlib()
+    timer = StepTimer(log)
+    with model_cache(cache), timer.step(f"obtain {DEMO_MODEL} (fp32 OpenVINO IR)"):
+        ir_dir = models.smollm2_ov_dir()
+    compressed, compress_seconds = {}, {}
+    for name, options in track(list(methods.items()), description=f"Compressing {len(methods)} ways"):
+        step = f"compress {name}"
+        with timer.step(step):
+            compressed[name] = compress_model(read_model(ir_dir), options)
+        compress_seconds[name] = timer.seconds[step]
+    with timer.step(f"evaluate fp + {len(compressed)} models on {windows} windows of {text_path.name}"):
+        results = evaluate_against(ir_dir, compressed, ir_dir, text_path, windows)
+    wall = time.perf_counter() - start
+    record = _record(ir_dir, text_path, windows, methods, results, compress_seconds, timer.seconds, wall)
+    json_path = write_json(out_dir / "demo.json", record)
+    title = f"{DEMO_MODEL}, INT4_ASYM g64, {windows} x 512-token windows of {text_path.name}"
+    png_path = write_png(out_dir / "demo.png", results, title)
+    return DemoResult(results, compress_seconds, timer.seconds, wall, json_path, png_path)
+
+
+def _record(
+    ir_dir: Path,
+    text_path: Path,
+    windows: int,
+    methods: Mapping[str, CompressionOptions],
+    results: Mapping[str, evaluation.Metrics],
+    compress_seconds: Mapping[str, float],
+    steps: Mapping[str, float],
+    wall: float,
+) -> dict[str, Any]:
+    return {
+        "model": DEMO_MODEL,
+        "ir_dir": str(ir_dir),
+        "text": str(text_path),
+        "windows": windows,
+        "window_size": evaluation.WINDOW,
+        "reference": "fp",
+        "methods": {name: dataclasses.asdict(options) for name, options in methods.items()},
+        "results": dict(results),
+        "compress_seconds": dict(compress_seconds),
+        "steps_seconds": dict(steps),
+        "wall_seconds": wall,
+        "versions": versions(),
+    }

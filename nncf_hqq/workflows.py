@@ -1,0 +1,310 @@
+"""Building blocks of the ``nncf-hqq`` command line: compress a model into a directory that optimum-intel loads,
+evaluate OpenVINO LLMs against a reference, and report (text table, JSON, PNG bar chart).
+
+Nothing here writes to stdout: the command line (``nncf_hqq.cli``) does the user-facing output. The heavy optional
+dependencies (transformers, optimum-intel, matplotlib) are imported only where they are needed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import platform
+import re
+import shutil
+import tempfile
+from collections.abc import Callable
+from collections.abc import Iterator
+from collections.abc import Mapping
+from collections.abc import Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import nncf
+import openvino as ov
+from nncf import BackupMode
+from nncf import CompressWeightsMode
+
+import nncf_hqq
+from nncf_hqq import evaluation
+from nncf_hqq import models
+from nncf_hqq.algorithm import SUPPORTED_MODES
+from nncf_hqq.parameters import HQQ_DEFAULT
+from nncf_hqq.parameters import HQQParameters
+from nncf_hqq.parameters import ZeroPointFormat
+
+#: The ``--mode`` choices: the modes HQQ handles (``nncf_hqq.algorithm.SUPPORTED_MODES``), by NNCF's names.
+MODES: dict[str, CompressWeightsMode] = {mode.value: mode for mode in SUPPORTED_MODES}
+INT8_MODES = ("int8_asym", "int8_sym")
+BACKUP_MODES: dict[str, BackupMode] = {
+    "int8_asym": BackupMode.INT8_ASYM,
+    "int8_sym": BackupMode.INT8_SYM,
+    "none": BackupMode.NONE,
+}
+ZERO_POINT_FORMATS: dict[str, ZeroPointFormat] = {"float": ZeroPointFormat.FLOAT, "int": ZeroPointFormat.INTEGER}
+
+MODEL_XML = "openvino_model.xml"
+MODEL_BIN = "openvino_model.bin"
+RECORD_NAME = "nncf_hqq_compression.json"
+METRICS = ("ppl", "kl", "top1")
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Compression
+# --------------------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CompressionOptions:
+    """What ``nncf-hqq compress`` asks of ``nncf.compress_weights``; ``None`` means NNCF's default.
+
+    :param zero_point: ``"float"`` or ``"int"`` (HQQ's zero-point format); ``None`` keeps ``HQQ_DEFAULT``'s.
+    """
+
+    mode: str = "int4_asym"
+    group_size: int | None = None
+    ratio: float | None = None
+    backup_mode: str | None = None
+    awq: bool = False
+    scale_estimation: bool = False
+    hqq: bool = True
+    zero_point: str | None = None
+    subset_size: int = 128
+
+    def hqq_params(self) -> HQQParameters | None:
+        """``HQQ_DEFAULT`` with the requested zero-point format, or None (HQQ_DEFAULT itself / no HQQ)."""
+        if not self.hqq or self.zero_point is None:
+            return None
+        return dataclasses.replace(HQQ_DEFAULT, zero_point_format=ZERO_POINT_FORMATS[self.zero_point])
+
+    def nncf_kwargs(self, dataset: nncf.Dataset | None = None) -> dict[str, Any]:
+        """Keyword arguments of ``nncf.compress_weights`` (with ``hqq``/``hqq_params``) for these options."""
+        return {
+            "mode": MODES[self.mode],
+            "group_size": self.group_size,
+            "ratio": self.ratio,
+            "backup_mode": BACKUP_MODES[self.backup_mode] if self.backup_mode else None,
+            "awq": True if self.awq else None,
+            "scale_estimation": True if self.scale_estimation else None,
+            "dataset": dataset,
+            "subset_size": self.subset_size,
+            "hqq": self.hqq,
+            "hqq_params": self.hqq_params(),
+        }
+
+
+def compress_model(model: ov.Model, options: CompressionOptions, dataset: nncf.Dataset | None = None) -> ov.Model:
+    """``nncf.compress_weights`` (HQQ-aware, see ``nncf_hqq.compress_weights``) with the given options."""
+    return nncf_hqq.compress_weights(model, **options.nncf_kwargs(dataset))
+
+
+def read_model(model_xml: str | Path) -> ov.Model:
+    """``ov.Core().read_model`` of an IR ``.xml`` (or of the ``openvino_model.xml`` in a directory)."""
+    return ov.Core().read_model(models.ir_xml(model_xml))
+
+
+@dataclass(frozen=True)
+class SourceModel:
+    """An OpenVINO IR to compress and the directory holding its config/tokenizer files (if any)."""
+
+    xml: Path
+    files_dir: Path | None
+
+
+def is_ir_dir(path: Path) -> bool:
+    return path.is_dir() and (path / MODEL_XML).is_file()
+
+
+def is_hf_dir(path: Path) -> bool:
+    return path.is_dir() and (path / "config.json").is_file() and not (path / MODEL_XML).is_file()
+
+
+def looks_like_hub_id(name: str) -> bool:
+    """Whether a string that is not an existing path reads as a Hugging Face hub id (``org/name`` or ``name``)."""
+    return bool(_HUB_ID.fullmatch(name)) and not name.endswith(".xml")
+
+
+def model_kind(model: str) -> str:
+    """``"ir_xml"``, ``"ir_dir"``, ``"hf_dir"`` or ``"hub_id"``; a ValueError that says why for anything else."""
+    path = Path(model).expanduser()
+    if path.is_file() and path.suffix == ".xml":
+        return "ir_xml"
+    if is_ir_dir(path):
+        return "ir_dir"
+    if is_hf_dir(path):
+        return "hf_dir"
+    if path.exists():
+        msg = f"MODEL {model!r} is neither an OpenVINO IR (.xml, or a dir with {MODEL_XML}) nor a HF model dir"
+        raise ValueError(msg)
+    if not looks_like_hub_id(model):
+        msg = f"MODEL {model!r} does not exist (expected an OpenVINO IR .xml or dir, a HF model dir or a hub id)"
+        raise ValueError(msg)
+    return "hub_id"
+
+
+@contextmanager
+def source_model(model: str, log: Callable[[str], None] | None = None) -> Iterator[SourceModel]:
+    """The IR of ``model``: an IR ``.xml``, an IR dir, or a HF dir / hub id exported (fp32) into a temporary dir."""
+    kind = model_kind(model)
+    path = Path(model).expanduser()
+    if kind == "ir_xml":
+        yield SourceModel(path, path.parent if (path.parent / "config.json").is_file() else None)
+        return
+    if kind == "ir_dir":
+        yield SourceModel(path / MODEL_XML, path)
+        return
+    with tempfile.TemporaryDirectory(prefix="nncf-hqq-export-") as tmp:
+        if log is not None:
+            log(f"Exporting {model} to OpenVINO IR (fp32) with optimum-intel")
+        try:
+            ir_dir = models.export_to_openvino(path if kind == "hf_dir" else model, Path(tmp) / "ov")
+        except Exception as err:
+            where = "the Hugging Face hub (is it reachable?)" if kind == "hub_id" else str(path)
+            msg = f"could not export {model} from {where}: {type(err).__name__}: {err}"
+            raise RuntimeError(msg) from err
+        yield SourceModel(ir_dir / MODEL_XML, ir_dir)
+
+
+def calibration_dataset(tokenizer_dir: str | Path, text_path: str | Path, n: int) -> nncf.Dataset:
+    """``nncf.Dataset`` of ``n`` random 256-token windows of the text (PROTOCOL.md's calibration, seed 0)."""
+    tokenizer = evaluation.load_tokenizer(tokenizer_dir)
+    return nncf.Dataset(evaluation.calibration_samples(tokenizer, text_path, n=n))
+
+
+def side_files(files_dir: Path) -> list[Path]:
+    """The files of an optimum-intel model dir other than the model IR: config, generation config, tokenizer..."""
+    return sorted(p for p in files_dir.iterdir() if p.is_file() and p.name not in (MODEL_XML, MODEL_BIN, RECORD_NAME))
+
+
+def save_model_dir(
+    model: ov.Model, out_dir: Path, files_dir: Path | None, record: Mapping[str, Any] | None = None
+) -> list[str]:
+    """Write ``openvino_model.xml/.bin`` into ``out_dir`` and copy the side files of ``files_dir``.
+
+    Returns the names of the copied files. ``record`` (what was done) goes to ``nncf_hqq_compression.json``.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ov.save_model(model, out_dir / MODEL_XML, compress_to_fp16=False)
+    copied = []
+    for src in side_files(files_dir) if files_dir is not None else []:
+        shutil.copy2(src, out_dir / src.name)
+        copied.append(src.name)
+    if record is not None:
+        (out_dir / RECORD_NAME).write_text(json.dumps(record, indent=2, default=str) + "\n")
+    return copied
+
+
+def versions() -> dict[str, str]:
+    return {
+        "nncf": nncf.__version__,
+        "openvino": ov.get_version(),
+        "nncf_hqq": nncf_hqq.__version__,
+        "python": platform.python_version(),
+    }
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Evaluation and reports
+# --------------------------------------------------------------------------------------------------------------------
+def default_text() -> Path | None:
+    """The shared WikiText-2 test text when it is there (``shared/data/wikitext-2-raw/wiki.test.raw``)."""
+    try:
+        return models.shared_path("data/wikitext-2-raw/wiki.test.raw")
+    except FileNotFoundError:
+        return None
+
+
+def evaluate_against(
+    reference: evaluation.ModelLike,
+    candidates: Mapping[str, evaluation.ModelLike],
+    tokenizer_dir: str | Path,
+    text_path: str | Path,
+    n_windows: int,
+    window: int = evaluation.WINDOW,
+    reference_name: str = "fp",
+) -> dict[str, evaluation.Metrics]:
+    """PPL, KL vs the reference and top-1 agreement on the first ``n_windows`` windows of the text."""
+    tokenizer = evaluation.load_tokenizer(tokenizer_dir)
+    windows = evaluation.wikitext_windows(tokenizer, text_path, n_windows, window=window)
+    return evaluation.evaluate_llms(reference, candidates, windows, reference_name=reference_name)
+
+
+def format_table(
+    results: Mapping[str, Mapping[str, float]], extra: Mapping[str, Mapping[str, float]] | None = None
+) -> str:
+    """A fixed-width text table: one row per model, PPL / KL / top-1 (and ``extra`` columns, e.g. compress s)."""
+    extra = extra or {}
+    extra_columns = sorted({column for row in extra.values() for column in row})
+    width = max([len("model"), *(len(name) for name in results)]) + 2
+    header = f"{'model':<{width}}{'PPL':>10}{'KL':>10}{'top-1':>9}" + "".join(f"{c:>14}" for c in extra_columns)
+    lines = [header, "-" * len(header)]
+    for name, m in results.items():
+        values = [extra.get(name, {}).get(column) for column in extra_columns]
+        cells = "".join(f"{'-':>14}" if v is None else f"{v:>14.1f}" for v in values)
+        lines.append(f"{name:<{width}}{m['ppl']:>10.3f}{m['kl']:>10.5f}{m['top1']:>9.4f}{cells}")
+    return "\n".join(lines)
+
+
+def write_json(path: Path, record: Mapping[str, Any]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2, default=str) + "\n")
+    return path
+
+
+def require_matplotlib() -> None:
+    """Raise a RuntimeError with the install hint when matplotlib is missing."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError as err:
+        msg = "matplotlib is needed for the PNG chart: pip install -e '.[llm]' (or pip install matplotlib)"
+        raise RuntimeError(msg) from err
+
+
+def write_png(path: Path, results: Mapping[str, Mapping[str, float]], title: str, reference: str = "fp") -> Path:
+    """A bar chart (Agg backend, no display needed): perplexity, KL vs the reference and top-1 agreement."""
+    require_matplotlib()
+    from matplotlib.figure import Figure
+
+    names = list(results)
+    colors = ["0.6" if name == reference else f"C{i % 10}" for i, name in enumerate(names)]
+    figure = Figure(figsize=(max(9.0, 3.0 + 1.6 * len(names)), 4.2), layout="constrained")
+    axes = figure.subplots(1, 3)
+    labels = {"ppl": "perplexity (lower is better)", "kl": "KL vs reference (lower)", "top1": "top-1 agreement"}
+    for ax, metric in zip(axes, METRICS, strict=True):
+        values = [results[name][metric] for name in names]
+        bars = ax.bar(range(len(names)), values, color=colors)
+        ax.bar_label(bars, fmt="%.4g", fontsize=7)
+        ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
+        ax.set_title(labels[metric], fontsize=9)
+        if metric == "ppl":
+            low, high = min(values), max(values)
+            ax.set_ylim(low - 0.15 * (high - low + 1e-9) if low > 0 else 0, high + 0.1 * (high - low + 1e-9))
+        if metric == "top1":
+            ax.set_ylim(min(values) - 0.05 * (1 - min(values) + 1e-3), 1.0 + 0.03 * (1 - min(values) + 1e-3))
+    figure.suptitle(title, fontsize=10)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=120)
+    return path
+
+
+def model_label(path: str | Path) -> str:
+    """A short name for a model path: its directory name (for ``.../openvino_model.xml`` too) or the file stem."""
+    p = Path(path)
+    if p.suffix == ".xml":
+        return p.parent.name if p.name == MODEL_XML and p.parent.name else p.stem
+    return p.name or str(p)
+
+
+def unique_labels(paths: Sequence[str]) -> dict[str, str]:
+    """``{label: path}`` for ``NAME=PATH`` or plain paths (labels from ``model_label``); raises on duplicates."""
+    labelled: dict[str, str] = {}
+    for item in paths:
+        name, sep, path = item.partition("=")
+        if not sep or not name or Path(item).exists():
+            name, path = model_label(item), item
+        if name in labelled:
+            msg = f"two models are named {name!r}; name them with NAME=PATH"
+            raise ValueError(msg)
+        labelled[name] = path
+    return labelled

@@ -1,0 +1,339 @@
+"""Tests of the ``nncf-hqq`` command line (compress, evaluate, demo) and of examples/optimum_intel.py.
+
+The model tests use the tiny random Llama that tests/test_evaluation.py builds and exports with optimum-intel (its
+fixtures are imported here); they need the ``llm`` extra and skip without it. The argument-error tests need nothing
+but the package. The demo test runs the real SmolLM2 path (slow; skips when the model or shared/ is unavailable).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import openvino as ov
+import pytest
+
+from nncf_hqq import cli
+from nncf_hqq import models
+from nncf_hqq import workflows
+from tests.test_evaluation import text_path  # noqa: F401  (fixture)
+from tests.test_evaluation import tiny_llm  # noqa: F401  (fixture)
+
+REPO = Path(__file__).resolve().parents[1]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def run_cli(args: Sequence[object], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = cli.main([str(a) for a in args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def zero_point_types(model_dir: Path) -> set[ov.Type]:
+    """Element types of the decompression zero-point constants of a saved model."""
+    model = ov.Core().read_model(model_dir / workflows.MODEL_XML)
+    return {
+        op.get_element_type()
+        for op in model.get_ops()
+        if op.get_type_name() == "Constant" and op.get_friendly_name().endswith("/zero_point")
+    }
+
+
+def generate(model_dir: Path, tokenizer: Any, n_tokens: int = 4) -> Any:
+    """Load ``model_dir`` with optimum-intel and greedily generate ``n_tokens`` after a short prompt."""
+    optimum_intel = pytest.importorskip("optimum.intel")
+    model = optimum_intel.OVModelForCausalLM.from_pretrained(model_dir)
+    inputs = tokenizer("w1 w2 w3", return_tensors="pt")
+    output = model.generate(**inputs, max_new_tokens=n_tokens, min_new_tokens=n_tokens, do_sample=False)
+    assert output.shape[1] == inputs["input_ids"].shape[1] + n_tokens
+    return output
+
+
+@pytest.fixture(scope="module")
+def hf_dir(tiny_llm: tuple[Path, Any]) -> Path:  # noqa: F811
+    """The HF checkpoint the tiny IR was exported from (tests/test_evaluation.py saves it beside the IR)."""
+    path = tiny_llm[0].parent / "hf"
+    assert workflows.is_hf_dir(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def compressed_dir(tiny_llm: tuple[Path, Any], tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: F811
+    out = tmp_path_factory.mktemp("cli") / "int4_hqq"
+    assert cli.main(["compress", str(tiny_llm[0]), str(out), "--group-size", "64"]) == 0
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Usage errors: a one-line message on stderr, exit code 2, no traceback (no model needed)
+# --------------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["compress", "m.xml", "out", "--mode", "nf4"], "invalid choice: 'nf4' (choose from 'int4_asym'"),
+        (["compress", "m", "out", "--mode", "int4_sym", "--zero-point", "int"], "int4_sym has no zero point"),
+        (["compress", "missing/model.xml", "out"], "does not exist"),
+        (["compress", "m", "out", "--scale-estimation"], "--scale-estimation needs calibration data"),
+        (["compress", "m", "out", "--ratio", "1.5"], "--ratio must be in (0, 1]"),
+        (["compress", "m", "out", "--group-size", "0"], "--group-size must be"),
+        (["compress", "m", "out", "--zero-point", "int", "--no-hqq"], "cannot be combined with --no-hqq"),
+        (["compress", "m", "out", "--zero-point", "half"], "invalid choice: 'half'"),
+        (["compress", "m", "out", "--mode", "int8_asym", "--group-size", "64"], "drop --group-size"),
+        (["compress", "m", "out", "--awq", "--dataset", "missing.txt"], "--dataset missing.txt is not a file"),
+        (["compress", "m"], "the following arguments are required: OUT"),
+        (["evaluate", "--reference", "ref"], "the following arguments are required: MODEL"),
+        (["evaluate", "a", "--reference", "missing"], "--reference 'missing' is not an OpenVINO IR"),
+        (["demo", "--windows", "0"], "--windows must be positive"),
+        (["demo", "--windows", "many"], "invalid int value: 'many'"),
+        (["squash"], "invalid choice: 'squash'"),
+    ],
+)
+def test_bad_arguments_exit_2_with_a_clear_message(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(args, capsys)
+    assert code == 2
+    assert message in err
+    assert "Traceback" not in err and out == ""
+
+
+def test_no_command_prints_help_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli([], capsys)
+    assert code == 2
+    assert all(command in err for command in ("compress", "evaluate", "demo"))
+
+
+def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_cli(["compress", "--help"], capsys)
+    assert code == 0
+    assert all(flag in out for flag in ("--mode", "--group-size", "--awq", "--dataset", "--zero-point", "--no-hqq"))
+
+
+def test_command_line_process_reports_errors_without_traceback(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "nncf_hqq.cli", "compress", str(tmp_path / "nothing.xml"), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+    )
+    assert proc.returncode == 2
+    assert "does not exist" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_failure_inside_nncf_exits_1_with_its_message(
+    tiny_llm: tuple[Path, Any],  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, _, err = run_cli(["compress", tiny_llm[0], tmp_path / "out", "--group-size", "48"], capsys)
+    assert code == 1
+    assert "group size" in err and "Traceback" not in err
+
+
+def test_evaluate_without_text_says_where_to_get_one(
+    compressed_dir: Path,
+    tiny_llm: tuple[Path, Any],  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(workflows, "default_text", lambda: None)
+    code, _, err = run_cli(["evaluate", compressed_dir, "--reference", tiny_llm[0]], capsys)
+    assert code == 2
+    assert "no --text given" in err
+
+
+def test_missing_optional_dependency_names_the_extra(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_transformers(*args: object) -> None:
+        raise ModuleNotFoundError("No module named 'transformers'")
+
+    (tmp_path / "ref").mkdir()
+    (tmp_path / "ref" / "openvino_model.xml").write_text("<net/>")
+    (tmp_path / "text.txt").write_text("w1 w2")
+    monkeypatch.setattr(workflows.evaluation, "load_tokenizer", no_transformers)
+    args = ["evaluate", tmp_path / "ref", "--reference", tmp_path / "ref", "--reference-name", "r"]
+    code, _, err = run_cli([*args, "--text", tmp_path / "text.txt"], capsys)
+    assert code == 1
+    assert "No module named 'transformers': install the llm extra" in err and "Traceback" not in err
+
+
+def test_demo_cache_option_points_the_model_cache_elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nncf_hqq.demo import model_cache
+
+    monkeypatch.setenv(models.CACHE_ENV, "/somewhere")
+    with model_cache(tmp_path / "cache"):
+        assert models.cache_dir() == tmp_path / "cache"
+    assert os.environ[models.CACHE_ENV] == "/somewhere"
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# compress
+# --------------------------------------------------------------------------------------------------------------------
+def test_compressed_ir_dir_loads_with_optimum_intel_and_generates(
+    compressed_dir: Path,
+    tiny_llm: tuple[Path, Any],  # noqa: F811
+) -> None:
+    names = {p.name for p in compressed_dir.iterdir()}
+    assert {"openvino_model.xml", "openvino_model.bin", "config.json", "tokenizer.json"} <= names
+    assert {"generation_config.json", workflows.RECORD_NAME} <= names
+    record = json.loads((compressed_dir / workflows.RECORD_NAME).read_text())
+    assert record["options"]["mode"] == "int4_asym" and record["options"]["hqq"] is True
+    # decoder layers: HQQ (f16 zero points); embeddings and lm_head: the INT8_ASYM backup (RTN, u8 zero points)
+    assert zero_point_types(compressed_dir) == {ov.Type.f16, ov.Type.u8}
+    generate(compressed_dir, tiny_llm[1])
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (["--zero-point", "int"], {ov.Type.u4}),
+        (["--zero-point", "float"], {ov.Type.f16}),
+        (["--no-hqq"], {ov.Type.u4}),
+        (["--mode", "INT8_ASYM"], {ov.Type.f16}),
+        (["--awq"], {ov.Type.f16}),
+        (["--mode", "int4_sym"], set()),
+    ],
+    ids=["int_zero_point", "float_zero_point", "rtn", "int8", "data_free_awq", "int4_sym"],
+)
+def test_compress_options_reach_nncf(
+    extra: list[str],
+    expected: set[ov.Type],
+    tiny_llm: tuple[Path, Any],  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    int4 = [] if "INT8_ASYM" in extra else ["--group-size", "64", "--backup-mode", "none"]
+    code, out, _ = run_cli(["compress", tiny_llm[0], tmp_path / "out", *int4, *extra], capsys)
+    assert code == 0, out
+    assert zero_point_types(tmp_path / "out") == expected
+
+
+def test_compress_hf_dir_with_calibration_data(
+    hf_dir: Path,
+    text_path: Path,  # noqa: F811
+    tiny_llm: tuple[Path, Any],  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    out_dir = tmp_path / "awq_se"
+    args = ["compress", hf_dir, out_dir, "--group-size", "64", "--awq", "--scale-estimation"]
+    code, out, err = run_cli([*args, "--dataset", text_path, "--subset-size", "4"], capsys)
+    assert code == 0, err
+    assert "AWQ, Scale Estimation, HQQ" in out
+    assert "4 random 256-token windows" in err
+    assert ov.Type.f16 in zero_point_types(out_dir)
+    assert (out_dir / "tokenizer.json").is_file() and (out_dir / "config.json").is_file()
+    generate(out_dir, tiny_llm[1])
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# evaluate
+# --------------------------------------------------------------------------------------------------------------------
+def test_evaluate_prints_a_table_and_writes_json_and_png(
+    compressed_dir: Path,
+    tiny_llm: tuple[Path, Any],  # noqa: F811
+    text_path: Path,  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    pytest.importorskip("matplotlib")
+    json_path, png_path = tmp_path / "r" / "eval.json", tmp_path / "r" / "eval.png"
+    args = ["evaluate", compressed_dir, f"xml={compressed_dir / 'openvino_model.xml'}", "--reference", tiny_llm[0]]
+    args += ["--text", text_path, "--windows", "3", "--window-size", "32", "--json", json_path, "--png", png_path]
+    code, out, err = run_cli(args, capsys)
+    assert code == 0, err
+    record = json.loads(json_path.read_text())
+    assert record["windows"] == 3 and record["window_size"] == 32 and record["reference"] == "fp"
+    results = record["results"]
+    assert list(results) == ["fp", "int4_hqq", "xml"]
+    for metrics in results.values():
+        assert {"ppl", "kl", "top1"} <= set(metrics)
+        assert all(math.isfinite(metrics[k]) for k in ("ppl", "kl", "top1"))
+    assert results["fp"]["kl"] == 0.0 and results["fp"]["top1"] == 1.0
+    assert results["int4_hqq"]["kl"] > 0.0
+    for key in ("ppl", "kl", "top1"):  # the same model, given as a dir and as an .xml
+        assert results["xml"][key] == pytest.approx(results["int4_hqq"][key], rel=1e-9)
+    assert png_path.read_bytes()[:8] == PNG_MAGIC
+    for name in results:
+        assert name in out
+    assert "PPL" in out and "top-1" in out
+
+
+def test_format_table_lists_every_model_with_extra_columns() -> None:
+    results = {"fp": {"ppl": 10.0, "kl": 0.0, "top1": 1.0}, "hqq": {"ppl": 11.5, "kl": 0.01, "top1": 0.9}}
+    table = workflows.format_table(results, {"hqq": {"compress s": 3.25}})
+    lines = table.splitlines()
+    assert lines[0].split() == ["model", "PPL", "KL", "top-1", "compress", "s"]
+    assert lines[2].split()[:4] == ["fp", "10.000", "0.00000", "1.0000"]
+    assert lines[3].split() == ["hqq", "11.500", "0.01000", "0.9000", "3.2"]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# examples/optimum_intel.py: OVWeightQuantizationConfig(..., hqq=True) through optimum-intel
+# --------------------------------------------------------------------------------------------------------------------
+def _optimum_example() -> Any:
+    pytest.importorskip("optimum.intel")
+    spec = importlib.util.spec_from_file_location("optimum_intel_example", REPO / "examples" / "optimum_intel.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_optimum_intel_config_passes_hqq_through(
+    tiny_llm: tuple[Path, Any],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    example = _optimum_example()
+    out_dir = tmp_path / "optimum_hqq"
+    example.compress_with_optimum(tiny_llm[0], out_dir, group_size=64)
+    # HQQ's float zero points in the decoder layers, NNCF's u8 ones in the INT8_ASYM backup (embeddings, lm_head)
+    assert zero_point_types(out_dir) == {ov.Type.f16, ov.Type.u8}
+    answer = example.chat(out_dir, "w1 w2 w3", max_new_tokens=4)
+    assert isinstance(answer, str)
+    generate(out_dir, tiny_llm[1])
+    # hqq_params travels the same way
+    int_dir = tmp_path / "optimum_hqq_int"
+    example.compress_with_optimum(tiny_llm[0], int_dir, group_size=64, hqq_params={"zero_point_format": "integer"})
+    assert ov.Type.f16 not in zero_point_types(int_dir)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# demo on the real SmolLM2 (slow)
+# --------------------------------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_demo_on_smollm2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("optimum.intel")
+    pytest.importorskip("gguf")
+    pytest.importorskip("matplotlib")
+    if workflows.default_text() is None:
+        pytest.skip("shared/ WikiText-2 is unavailable")
+    try:
+        models.smollm2_ov_dir()
+    except (RuntimeError, FileNotFoundError) as unavailable:
+        pytest.skip(f"SmolLM2 unavailable: {unavailable}")
+    code, out, err = run_cli(["demo", "--windows", "1", "--out", tmp_path / "demo"], capsys)
+    assert code == 0, err
+    record = json.loads((tmp_path / "demo" / "demo.json").read_text())
+    results = record["results"]
+    assert list(results) == ["fp", "rtn", "hqq", "awq", "awq_hqq"]
+    fp = results["fp"]["ppl"]
+    assert 5.0 < fp < 80.0
+    for name in ("rtn", "hqq", "awq", "awq_hqq"):
+        assert fp < results[name]["ppl"] < 3 * fp
+        assert 0.0 < results[name]["kl"] < 1.0 and 0.5 < results[name]["top1"] < 1.0
+        assert record["compress_seconds"][name] > 0
+    assert (tmp_path / "demo" / "demo.png").read_bytes()[:8] == PNG_MAGIC
+    assert "total wall time" in out and "awq_hqq" in out
+    assert np.isfinite(record["wall_seconds"])
