@@ -54,6 +54,14 @@ def encode(weight: Tensor, scale: Tensor, zero_point: Tensor, num_bits: int) -> 
     return fns.clip(codes, 0.0, levels_max(num_bits)).astype(TensorDataType.uint8)
 
 
+def contiguous(tensor: Tensor) -> Tensor:
+    """A C-contiguous copy of a strided numpy tensor (e.g. after ``moveaxis``). OpenVINO constants are built from
+    the raw buffer, so a strided array would be written scrambled."""
+    if tensor.backend == TensorBackend.numpy and not tensor.data.flags["C_CONTIGUOUS"]:
+        return Tensor(np.ascontiguousarray(tensor.data))
+    return tensor
+
+
 def to_compressed_weight(
     grouped_weight: Tensor, scale: Tensor, zero_point: Tensor, num_bits: int, integer_zero_point: bool
 ) -> CompressedWeight:
@@ -71,7 +79,7 @@ def to_compressed_weight(
     codes = encode(grouped_weight, scale, zero_point, num_bits)
     if integer_zero_point:
         zero_point = zero_point.astype(TensorDataType.int32)
-    return CompressedWeight(codes, scale, zero_point)
+    return CompressedWeight(contiguous(codes), contiguous(scale), contiguous(zero_point))
 
 
 def to_symmetric_compressed_weight(grouped_weight: Tensor, scale: Tensor, num_bits: int) -> CompressedWeight:
@@ -80,7 +88,7 @@ def to_symmetric_compressed_weight(grouped_weight: Tensor, scale: Tensor, num_bi
     scale = fns.where(scale < 0.0, -magnitude, magnitude)
     half = float(2 ** (num_bits - 1))
     codes = fns.clip(fns.round(grouped_weight.astype(TensorDataType.float32) / scale), -half, half - 1.0)
-    return CompressedWeight(codes.astype(TensorDataType.int8), scale, None)
+    return CompressedWeight(contiguous(codes.astype(TensorDataType.int8)), contiguous(scale), None)
 
 
 def decompress(compressed: CompressedWeight) -> Tensor:

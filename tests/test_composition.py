@@ -119,3 +119,14 @@ def test_gptq_with_hqq_is_refused_and_model_untouched(dataset: nncf.Dataset) -> 
     with pytest.raises(nncf.ValidationError, match="GPTQ"):
         nncf.compress_weights(model, **INT4, dataset=dataset, gptq=True, hqq=True)
     assert [op.get_friendly_name() for op in model.get_ordered_ops()] == before
+
+
+@pytest.mark.parametrize("zero_point_format", ["float", "integer"])
+def test_scale_estimation_with_hqq_stays_close_to_hqq(zero_point_format: str, dataset: nncf.Dataset) -> None:
+    """Regression: strided (transposed-layout) parameters were once written scrambled into integer-zp models."""
+    params = {"zero_point_format": zero_point_format, "refine_rounds": 5}
+    alone = nncf.compress_weights(transformer_like(moe=False), **INT4, hqq=True, hqq_params=params)
+    with_se = nncf.compress_weights(
+        transformer_like(moe=False), **INT4, dataset=dataset, scale_estimation=True, hqq=True, hqq_params=params
+    )
+    assert relative_error(with_se) < 1.2 * relative_error(alone)
