@@ -32,7 +32,9 @@ from nncf_hqq.solver import split_into_groups
 from nncf_hqq.solver import symmetric_init
 
 INT4 = WeightCompressionConfig(CompressWeightsMode.INT4_ASYM, group_size=32)
-GUARDED = dataclasses.replace(HQQ_DEFAULT, rtn_guard=True)
+#: The published solver returning its best iterate, without the default's refinements.
+PLAIN = HQQParameters()
+GUARDED = dataclasses.replace(PLAIN, rtn_guard=True)
 
 
 def heavy_tailed(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
@@ -76,8 +78,8 @@ def test_conversion_round_trip_and_meaning() -> None:
 def test_compressed_weight_matches_solver_up_to_f16_rounding() -> None:
     weight = heavy_tailed((64, 128))
     grouped, axis = split_into_groups(Tensor(weight), 1, 32)
-    s, z = hqq_solve(grouped, axis, 4, HQQ_DEFAULT)
-    compressed = HQQ(HQQ_DEFAULT).compress(Tensor(weight), 1, INT4)
+    s, z = hqq_solve(grouped, axis, 4, PLAIN)
+    compressed = HQQ(PLAIN).compress(Tensor(weight), 1, INT4)
     assert compressed.tensor.data.dtype == np.uint8 and compressed.tensor.shape == (64, 4, 32)
     assert compressed.tensor.data.max() <= 15
     assert compressed.zero_point.data.dtype == np.float32
@@ -142,7 +144,7 @@ def test_unguarded_hqq_can_lose_to_rtn_on_a_group_that_rtn_represents_exactly() 
     weight = np.array([[1, 3, 7, 15, 15, 2, 9, 4]], dtype=np.float32) * 0.125
     config = WeightCompressionConfig(CompressWeightsMode.INT4_ASYM, 8)
     assert nncf_rtn_group_sse(weight, 8, 4)[0] < 1e-12
-    assert group_sse(weight, HQQ(HQQ_DEFAULT), config)[0] > 1e-6
+    assert group_sse(weight, HQQ(PLAIN), config)[0] > 1e-6
     assert group_sse(weight, HQQ(GUARDED), config)[0] < 1e-12
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from pathlib import Path
 
@@ -180,7 +179,7 @@ def test_save_and_read_round_trip_is_bit_identical(tmp_path: Path) -> None:
 
 
 def test_hqq_params_dict_and_advanced_parameters_are_equivalent(tmp_path: Path) -> None:
-    params = dataclasses.replace(HQQ_DEFAULT, iterations=3)
+    params = nncf_hqq.HQQParameters(iterations=3)
     a = nncf.compress_weights(transformer_like(), mode=INT4, group_size=32, hqq=True, hqq_params=params)
     b = nncf.compress_weights(transformer_like(), mode=INT4, group_size=32, hqq=True, hqq_params={"iterations": 3})
     advanced = nncf_hqq.AdvancedCompressionParameters(hqq_params=params)

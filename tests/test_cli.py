@@ -189,8 +189,9 @@ def test_compressed_ir_dir_loads_with_optimum_intel_and_generates(
     assert {"generation_config.json", workflows.RECORD_NAME} <= names
     record = json.loads((compressed_dir / workflows.RECORD_NAME).read_text())
     assert record["options"]["mode"] == "int4_asym" and record["options"]["hqq"] is True
-    # decoder layers: HQQ (f16 zero points); embeddings and lm_head: the INT8_ASYM backup (RTN, u8 zero points)
-    assert zero_point_types(compressed_dir) == {ov.Type.f16, ov.Type.u8}
+    # decoder layers: HQQ (f16 zero points), but the attention value projections keep RTN (u4, HQQ_DEFAULT's
+    # rtn_roles); embeddings and lm_head: the INT8_ASYM backup (RTN, u8 zero points)
+    assert zero_point_types(compressed_dir) == {ov.Type.f16, ov.Type.u4, ov.Type.u8}
     generate(compressed_dir, tiny_llm[1])
 
 
@@ -198,10 +199,10 @@ def test_compressed_ir_dir_loads_with_optimum_intel_and_generates(
     ("extra", "expected"),
     [
         (["--zero-point", "int"], {ov.Type.u4}),
-        (["--zero-point", "float"], {ov.Type.f16}),
+        (["--zero-point", "float"], {ov.Type.f16, ov.Type.u4}),  # value projections keep RTN (rtn_roles)
         (["--no-hqq"], {ov.Type.u4}),
-        (["--mode", "INT8_ASYM"], {ov.Type.f16}),
-        (["--awq"], {ov.Type.f16}),
+        (["--mode", "INT8_ASYM"], {ov.Type.f16, ov.Type.u8}),
+        (["--awq"], {ov.Type.f16, ov.Type.u4}),
         (["--mode", "int4_sym"], set()),
     ],
     ids=["int_zero_point", "float_zero_point", "rtn", "int8", "data_free_awq", "int4_sym"],
@@ -298,8 +299,9 @@ def test_optimum_intel_config_passes_hqq_through(
     example = _optimum_example()
     out_dir = tmp_path / "optimum_hqq"
     example.compress_with_optimum(tiny_llm[0], out_dir, group_size=64)
-    # HQQ's float zero points in the decoder layers, NNCF's u8 ones in the INT8_ASYM backup (embeddings, lm_head)
-    assert zero_point_types(out_dir) == {ov.Type.f16, ov.Type.u8}
+    # HQQ's float zero points in the decoder layers (u4 RTN ones in the value projections, HQQ_DEFAULT's rtn_roles),
+    # NNCF's u8 ones in the INT8_ASYM backup (embeddings, lm_head)
+    assert zero_point_types(out_dir) == {ov.Type.f16, ov.Type.u4, ov.Type.u8}
     answer = example.chat(out_dir, "w1 w2 w3", max_new_tokens=4)
     assert isinstance(answer, str)
     generate(out_dir, tiny_llm[1])
