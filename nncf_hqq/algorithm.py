@@ -162,7 +162,7 @@ class HQQ:
         if self.keeps_rtn(role):
             return to_compressed_weight(grouped, *rtn_scale_zero_point(grouped, axis, bits), bits, True)
         integer_zero_point = params.zero_point_format == ZeroPointFormat.INTEGER
-        if weights is None:
+        if weights is None or not params.weighted_proximal:
             inverse_scale, zero = fast_path.solve(grouped, axis, bits, params)
         else:
             inverse_scale, zero = hqq_solve(grouped, axis, bits, params, weights)

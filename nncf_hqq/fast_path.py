@@ -71,6 +71,7 @@ SUPPORTED_PARAMETERS: dict[str, Callable[[object], bool]] = {
     "importance": lambda value: True,
     "scale_estimation_rounds": lambda value: True,
     "rtn_roles": lambda value: True,
+    "weighted_proximal": lambda value: True,
 }
 #: Bit widths handled (codes up to 255 are exact in f32).
 SUPPORTED_BITS = range(1, 9)

@@ -74,7 +74,10 @@ class HQQParameters:
     :param preserve_extremes: in the refinement, never let a group's min or max be clipped (the scale is capped
         so both land within half a step of the code range). Outlier weights matter more to the model's outputs
         than their share of the squared error.
-    :param importance: data-free weighting of input channels in every objective (see ``Importance``).
+    :param importance: data-free weighting of input channels in the refinement and the RTN guard (see
+        ``Importance``), and in the proximal loop too when ``weighted_proximal``.
+    :param weighted_proximal: also weight the proximal loop by ``importance``. Off by default: the weighted loop
+        runs on the numpy reference only (no compiled fast path), dozens of times slower, for a gain not measured.
     :param rtn_roles: attention projections (by ``AttentionRole``) that keep NNCF's round-to-nearest (integer
         zero point) instead of HQQ, e.g. ``("value",)``; found in the OpenVINO graph, data-free.
     :param scale_estimation_rounds: with ``scale_estimation=True`` (calibration data), rounds of data-aware scale
@@ -93,6 +96,7 @@ class HQQParameters:
     refine_rounds: int = 0
     preserve_extremes: bool = False
     importance: Importance = Importance.NONE
+    weighted_proximal: bool = False
     scale_estimation_rounds: int = 4
     rtn_roles: tuple[AttentionRole, ...] = ()
 
@@ -105,7 +109,7 @@ class HQQParameters:
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 msg = f"HQQParameters.{name} must be an integer >= 0, got {value!r}."
                 raise nncf.ValidationError(msg)
-        for name in ("early_stop", "return_best", "rtn_guard", "preserve_extremes"):
+        for name in ("early_stop", "return_best", "rtn_guard", "preserve_extremes", "weighted_proximal"):
             if not isinstance(getattr(self, name), bool):
                 msg = f"HQQParameters.{name} must be a bool, got {getattr(self, name)!r}."
                 raise nncf.ValidationError(msg)

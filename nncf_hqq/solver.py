@@ -92,10 +92,13 @@ def weighted_mean(x: Tensor, importance: Tensor | None, axis: int | None) -> Ten
     """Mean over ``axis`` (keepdims; ``None``: the whole tensor), weighted by ``importance`` when given."""
     if importance is None:
         return fns.mean(x) if axis is None else fns.mean(x, axis=axis, keepdims=True)
-    weights = fns.zeros_like(x) + importance
+    # The importance broadcasts against x: its own sums give the normalisers without a full-size temporary.
     if axis is None:
-        return fns.sum(x * weights) / fns.sum(weights)
-    return fns.sum(x * weights, axis=axis, keepdims=True) / fns.sum(weights, axis=axis, keepdims=True)
+        return fns.sum(x * importance) / (fns.sum(importance) * (x.size / importance.size))
+    total = fns.sum(importance, axis=axis, keepdims=True)
+    if importance.shape[axis] == 1:
+        total = total * x.shape[axis]
+    return fns.sum(x * importance, axis=axis, keepdims=True) / total
 
 
 def zero_point_update(
@@ -249,16 +252,21 @@ def refine_least_squares(
     if integer_zero:
         zero = fns.clip(fns.round(zero), 0.0, levels_max(num_bits))
     inverse_scale = project(inverse_scale, zero)
+
+    def codes_and_error(s: Tensor, z: Tensor) -> tuple[Tensor, Tensor]:
+        codes = quantize(weight, s, z, num_bits)
+        diff = dequantize(codes, s, z) - weight
+        return codes, weighted_mean(diff * diff, importance, axis)
+
     best = (inverse_scale, zero)
-    best_error = group_squared_error(weight, inverse_scale, zero, axis, num_bits, importance)
+    codes, best_error = codes_and_error(inverse_scale, zero)
     for _ in range(rounds):
-        codes = quantize(weight, inverse_scale, zero, num_bits)
         if integer_zero:
             inverse_scale = least_squares_scale_for_zero(weight, codes, zero, axis, importance, inverse_scale)
         else:
             inverse_scale, zero = least_squares_scale_zero(weight, codes, axis, importance, (inverse_scale, zero))
         inverse_scale = project(inverse_scale, zero)
-        error = group_squared_error(weight, inverse_scale, zero, axis, num_bits, importance)
+        codes, error = codes_and_error(inverse_scale, zero)
         better = error < best_error
         best = (fns.where(better, inverse_scale, best[0]), fns.where(better, zero, best[1]))
         best_error = fns.where(better, error, best_error)
