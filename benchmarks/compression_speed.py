@@ -6,7 +6,7 @@ times its first call ("cold": includes OpenVINO model compilation, for RTN as fo
 ``--repeats`` > 1, the best of the following calls ("warm"). Ratios are taken against NNCF's RTN of the
 same configuration, measured in the same run.
 
-    python benchmarks/compression_speed.py                  # full run (~15 min on 2 cores)
+    python benchmarks/compression_speed.py                  # full run (~30 min on 2 busy cores)
     python benchmarks/compression_speed.py --quick          # smoke run (~1 min)
     python benchmarks/compression_speed.py --layers 4 --out results/speed_4_layers.json
 """
@@ -31,6 +31,17 @@ DISABLE_ENV = "NNCF_HQQ_DISABLE_FAST_PATH"
 QWEN_HIDDEN, QWEN_INTERMEDIATE, QWEN_KV, QWEN_LAYERS = 1536, 8960, 256, 28
 
 Case = dict[str, Any]
+
+#: Methods compared. "hqq" is what ``hqq=True`` does (``HQQ_DEFAULT``: proximal loop plus refinement, RTN guard,
+#: norm-gain importance, ...); "hqq_proximal" is the proximal solver alone (``HQQParameters()``), on the fast path
+#: or, with the fast path switched off, on the numpy reference.
+METHODS = {
+    "rtn": "NNCF RTN",
+    "hqq": "hqq=True (HQQ_DEFAULT)",
+    "hqq_proximal": "HQQ proximal only, fast path",
+    "hqq_proximal_reference": "HQQ proximal only, reference",
+}
+HQQ_METHODS = ["rtn", "hqq", "hqq_proximal", "hqq_proximal_reference"]
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -105,6 +116,13 @@ def find_smollm_ir() -> Path | None:
 # ----------------------------------------------------------------------------------------------------------------
 
 
+def hqq_parameters(method: str) -> Any:
+    from nncf_hqq import HQQ_DEFAULT
+    from nncf_hqq import HQQParameters
+
+    return HQQ_DEFAULT if method == "hqq" else HQQParameters()
+
+
 def model_operation(case: Case) -> tuple[Callable[[], Any], Callable[[], Any]]:
     """(prepare, run) for a whole-model ``nncf.compress_weights`` case."""
     import nncf
@@ -127,7 +145,9 @@ def model_operation(case: Case) -> tuple[Callable[[], Any], Callable[[], Any]]:
             return one_matmul_model(case["size"])
 
     mode = nncf.CompressWeightsMode.INT4_ASYM if case["bits"] == 4 else nncf.CompressWeightsMode.INT8_ASYM
-    options: dict[str, Any] = {"mode": mode, "hqq": case["method"] != "rtn"}
+    options: dict[str, Any] = {"mode": mode}
+    if case["method"] != "rtn":
+        options.update(hqq=True, hqq_params=hqq_parameters(case["method"]))
     if case["bits"] == 4:
         options.update(group_size=case["group_size"], ratio=1.0)
     if case["kind"] != "smollm":
@@ -161,7 +181,6 @@ def weight_operation(case: Case) -> tuple[Callable[[], Any], Callable[[], Any]]:
     from nncf.quantization.algorithms.weight_compression.weight_lowering import compress_weight
     from nncf.tensor import Tensor
 
-    from nncf_hqq import HQQ_DEFAULT
     from nncf_hqq import fast_path
     from nncf_hqq.algorithm import HQQ
     from nncf_hqq.solver import hqq_solve
@@ -172,11 +191,11 @@ def weight_operation(case: Case) -> tuple[Callable[[], Any], Callable[[], Any]]:
     weight = Tensor(ov.Tensor(values))  # what NNCF's OpenVINO backend hands to the compression step
     if case["kind"] == "solver":
         grouped, axis = split_into_groups(Tensor(values), 1, group_size)
-        solver = fast_path.solve if method == "hqq_fast" else hqq_solve
-        return lambda: None, lambda: solver(grouped, axis, bits, HQQ_DEFAULT)
+        solver = hqq_solve if method.endswith("_reference") else fast_path.solve
+        return lambda: None, lambda: solver(grouped, axis, bits, hqq_parameters(method))
     if method == "rtn":
         return lambda: None, lambda: compress_weight(weight, (1,), config)
-    hqq = HQQ(HQQ_DEFAULT, mode)
+    hqq = HQQ(hqq_parameters(method), mode)
     return lambda: None, lambda: hqq.compress(weight, 1, config)
 
 
@@ -211,7 +230,6 @@ def build_cases(args: argparse.Namespace) -> list[Case]:
     size = 1024 if args.quick else 4096
     repeats = args.repeats
     configs = [(4, 128), (8, 128)] if args.quick else [(4, 128), (4, 64), (8, 128), (8, 64)]
-    hqq_methods = ["rtn", "hqq_fast", "hqq_reference"]
     cases: list[Case] = []
     for bits, group_size in configs:
         group = f"weight {size}x{size} int{bits} g{group_size}"
@@ -220,37 +238,36 @@ def build_cases(args: argparse.Namespace) -> list[Case]:
         # the reference and the hqq library: one process, one warm call
         slow = {**common, "repeats": min(repeats, 2), "rounds": 1}
         for kind, label, methods in (
-            ("model", "compress_weights", hqq_methods if bits == 4 else []),
-            ("weight", "compress step", hqq_methods),
-            ("solver", "bare solver", hqq_methods[1:]),
+            ("model", "compress_weights", HQQ_METHODS if bits == 4 else []),
+            ("weight", "compress step", HQQ_METHODS),
+            ("solver", "bare solver", HQQ_METHODS[2:]),
         ):
             for m in methods:
-                cases.append(
-                    {**(slow if m == "hqq_reference" else common), "kind": kind, "method": m, "label": f"{label} {m}"}
-                )
+                base = slow if m.endswith("_reference") else common
+                cases.append({**base, "kind": kind, "method": m, "label": f"{label}: {METHODS[m]}"})
         if not args.no_hqq_lib:
-            cases.append({**slow, "kind": "weight", "method": "hqq_lib", "label": "hqq library (torch CPU)"})
+            cases.append({**slow, "kind": "weight", "method": "hqq_lib", "label": "hqq library 0.2.8 (torch CPU)"})
     cases += stack_cases(args)
     smollm = find_smollm_ir()
     if smollm is not None and not args.quick:
         common = {"kind": "smollm", "path": str(smollm), "bits": 4, "group_size": 64, "repeats": 1, "rounds": 1}
-        group = "SmolLM2-135M IR, int4 g64 (ratio 1, NNCF defaults otherwise)"
-        cases += [{**common, "method": m, "group": group, "label": f"compress_weights {m}"} for m in hqq_methods]
+        common["group"] = "SmolLM2-135M IR, int4 g64 (ratio 1, NNCF defaults otherwise)"
+        cases += [{**common, "method": m, "label": f"compress_weights: {METHODS[m]}"} for m in HQQ_METHODS]
     return cases
 
 
 def stack_cases(args: argparse.Namespace) -> list[Case]:
-    """The Qwen2.5-1.5B-shaped stack (fast vs RTN) and a short stack that also runs the reference."""
+    """The Qwen2.5-1.5B-shaped stack without the reference, and a short stack that also runs the reference."""
     layers = 1 if args.quick else args.layers
     reference_layers = min(layers, args.reference_layers)
+    runs = [(reference_layers, HQQ_METHODS)]
+    if layers != reference_layers:
+        runs.insert(0, (layers, HQQ_METHODS[:3]))
     cases: list[Case] = []
-    for count, methods in ((layers, ["rtn", "hqq_fast"]), (reference_layers, ["rtn", "hqq_fast", "hqq_reference"])):
-        if count == layers and count == reference_layers and methods == ["rtn", "hqq_fast"]:
-            continue  # the second entry runs the same stack with the reference as well
-        group = f"Qwen2.5-1.5B decoder MatMuls x{count} layers, int4 g128"
+    for count, methods in runs:
         common = {"kind": "stack", "layers": count, "bits": 4, "group_size": 128, "repeats": 1, "rounds": 1}
-        common["group"] = group
-        cases += [{**common, "method": m, "label": f"compress_weights {m}"} for m in methods]
+        common["group"] = f"Qwen2.5-1.5B decoder MatMuls x{count} layers, int4 g128"
+        cases += [{**common, "method": m, "label": f"compress_weights: {METHODS[m]}"} for m in methods]
     return cases
 
 
@@ -258,7 +275,7 @@ def run_case(case: Case) -> dict[str, Any]:
     """One child process for ``case``: its measurements, or an ``error`` entry."""
     env = dict(os.environ)
     env.pop(DISABLE_ENV, None)
-    if case["method"] == "hqq_reference":
+    if case["method"].endswith("_reference"):
         env[DISABLE_ENV] = "1"
     command = [sys.executable, __file__, "--child", json.dumps(case)]
     done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
@@ -320,7 +337,7 @@ def add_ratios(results: list[dict[str, Any]]) -> None:
 
 
 def format_table(results: list[dict[str, Any]]) -> str:
-    header = f"{'case':34s} {'cold s':>8s} {'warm s':>8s} {'x RTN':>7s} {'peak MiB':>9s} {'x RTN':>6s}"
+    header = f"{'case':52s} {'cold s':>8s} {'warm s':>8s} {'x RTN':>7s} {'peak MiB':>9s} {'x RTN':>6s}"
     lines: list[str] = []
     group = None
     for r in results:
@@ -328,12 +345,12 @@ def format_table(results: list[dict[str, Any]]) -> str:
             group = r["group"]
             lines += ["", f"== {group}", header]
         if "error" in r:
-            lines.append(f"{r['label']:34s} FAILED: {r['error']}")
+            lines.append(f"{r['label']:52s} FAILED: {r['error']}")
             continue
         time_key = "warm_s" if r.get("warm_s") is not None else "cold_s"
         time_ratio, rss_ratio = _num(r.get(f"{time_key}_vs_rtn"), 7, 2), _num(r.get("peak_rss_mb_vs_rtn"), 6, 2)
         lines.append(
-            f"{r['label']:34s} {r['cold_s']:8.3f} {_num(r.get('warm_s'), 8, 3)} {time_ratio} "
+            f"{r['label']:52s} {r['cold_s']:8.3f} {_num(r.get('warm_s'), 8, 3)} {time_ratio} "
             f"{r['peak_rss_mb']:9.0f} {rss_ratio}"
         )
     return "\n".join(lines)
