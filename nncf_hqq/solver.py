@@ -115,6 +115,15 @@ def mean_absolute_error(
     return weighted_mean(fns.abs(weight - reconstruction), importance, axis)
 
 
+def keep_best(
+    error: Tensor, best_error: Tensor, value: Tensor, best_value: Tensor, active: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Best-iterate bookkeeping of the proximal loops: where a still-active group (or tensor) improved, its error
+    and parameter become the best ones. Returns ``(improved, best_error, best_value)``."""
+    improved = (error < best_error) & active
+    return improved, fns.where(improved, error, best_error), fns.where(improved, value, best_value)
+
+
 def optimize_zero_point_proximal(
     weight: Tensor,
     inverse_scale: Tensor,
@@ -143,9 +152,7 @@ def optimize_zero_point_proximal(
         codes = quantize(weight, inverse_scale, zero, num_bits)
         reconstruction = dequantize(codes, inverse_scale, zero)
         error = mean_absolute_error(weight, reconstruction, error_axis, importance)
-        improved = (error < best_error) & active
-        best_error = fns.where(improved, error, best_error)
-        best_zero = fns.where(improved, zero, best_zero)
+        improved, best_error, best_zero = keep_best(error, best_error, zero, best_zero, active)
         shrunk = shrink_lp(weight - reconstruction, beta, params.lp_norm)
         update = zero_point_update(weight, codes, shrunk, inverse_scale, axis, importance)
         zero = fns.where(active, update, zero)
@@ -383,9 +390,7 @@ def optimize_scale_proximal(
     for _ in range(params.iterations):
         codes = symmetric_codes(weight, scale, num_bits)
         error = mean_absolute_error(weight, codes * scale, error_axis, importance)
-        improved = (error < best_error) & active
-        best_error = fns.where(improved, error, best_error)
-        best_scale = fns.where(improved, scale, best_scale)
+        improved, best_error, best_scale = keep_best(error, best_error, scale, best_scale, active)
         target = weight - shrink_lp(weight - codes * scale, beta, params.lp_norm)
         numerator = weighted_mean(codes * target, importance, axis)
         denominator = weighted_mean(codes * codes, importance, axis)
