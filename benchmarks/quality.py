@@ -81,6 +81,7 @@ ROWS: dict[str, HQQParameters | None] = {
     "ls10_norm_gain_guard_rtn_v": dataclasses.replace(
         BASE, refine_rounds=10, importance="norm_gain", rtn_guard=True, rtn_roles=("value",)
     ),
+    "default_rtn_qkv": dataclasses.replace(HQQ_DEFAULT, rtn_roles=("query", "key", "value")),
     "default": HQQ_DEFAULT,
 }
 
