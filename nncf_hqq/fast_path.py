@@ -54,8 +54,8 @@ DISABLE_ENV = "NNCF_HQQ_DISABLE_FAST_PATH"
 #: to the dataclass later) makes ``solve`` fall back to the reference until it is reviewed and listed.
 #: ``hqq_solve`` never reads the fields after ``return_best``: ``nncf_hqq.algorithm`` applies them around the
 #: solver (the RTN guard, the least-squares refinement and its options, the integer zero point, the data-aware
-#: scale refinement after it; the choice of layers that keep RTN before it; importance weights are passed to
-#: ``hqq_solve`` directly, without this dispatcher).
+#: scale refinement after it; the choice of layers that keep RTN before it; with ``weighted_proximal`` the
+#: importance weights go to ``hqq_solve`` directly, without this dispatcher).
 SUPPORTED_PARAMETERS: dict[str, Callable[[object], bool]] = {
     "lp_norm": lambda value: True,
     "beta": lambda value: True,
