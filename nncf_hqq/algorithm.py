@@ -14,26 +14,23 @@ from nncf.tensor import TensorDataType
 from nncf.tensor import functions as fns
 
 from nncf_hqq import fast_path
+from nncf_hqq import fast_refine
 from nncf_hqq._nncf_glue import CompressedWeight
 from nncf_hqq._nncf_glue import WeightCompressionConfig
 from nncf_hqq._nncf_glue import WeightCompressionParameters
-from nncf_hqq.conversion import decompress
-from nncf_hqq.conversion import hqq_to_nncf
+from nncf_hqq.conversion import stored_group_error
 from nncf_hqq.conversion import to_compressed_weight
 from nncf_hqq.conversion import to_symmetric_compressed_weight
 from nncf_hqq.parameters import AttentionRole
 from nncf_hqq.parameters import HQQParameters
 from nncf_hqq.parameters import Importance
-from nncf_hqq.parameters import ZeroPointFormat
 from nncf_hqq.solver import hqq_solve
 from nncf_hqq.solver import optimize_scale_proximal
-from nncf_hqq.solver import refine_least_squares
 from nncf_hqq.solver import refine_scale_on_activations
 from nncf_hqq.solver import refine_symmetric_scale
 from nncf_hqq.solver import rtn_scale_zero_point
 from nncf_hqq.solver import split_into_groups
 from nncf_hqq.solver import symmetric_init
-from nncf_hqq.solver import weighted_mean
 
 #: Starting points ``s / f`` of the data-aware scale refinement (``HQQ.compress_on_activations``).
 SCALE_ESTIMATION_FACTORS = (1.0, 0.95, 0.9, 0.85)
@@ -60,14 +57,6 @@ def as_float32_numpy(weight: Tensor) -> Tensor:
     return weight.astype(TensorDataType.float32)
 
 
-def stored_group_error(
-    grouped_weight: Tensor, compressed: CompressedWeight, axis: int, importance: Tensor | None
-) -> Tensor:
-    """Per-group (importance-weighted) mean squared error of the weights as stored (keepdims)."""
-    diff = decompress(compressed) - grouped_weight
-    return weighted_mean(diff * diff, importance, axis)
-
-
 def importance_along_groups(
     importance: np.ndarray, weight_shape: tuple[int, ...], reduction_axis: int, group_size: int
 ) -> Tensor:
@@ -76,16 +65,6 @@ def importance_along_groups(
     shape[reduction_axis] = importance.size
     grouped, _ = split_into_groups(Tensor(importance.reshape(shape)), reduction_axis, group_size)
     return grouped
-
-
-def choose_per_group(use_first: Tensor, first: CompressedWeight, second: CompressedWeight) -> CompressedWeight:
-    """Takes every group's codes, scale and zero point from ``first`` where ``use_first`` holds, else ``second``."""
-    zero_dtype = first.zero_point.dtype if first.zero_point.dtype == second.zero_point.dtype else TensorDataType.float32
-    return CompressedWeight(
-        fns.where(use_first, first.tensor, second.tensor),
-        fns.where(use_first, first.scale, second.scale),
-        fns.where(use_first, first.zero_point.astype(zero_dtype), second.zero_point.astype(zero_dtype)),
-    )
 
 
 def group_layout_moves(group_size: int, axis: int) -> tuple[Callable[[Tensor], Tensor], Callable[[Tensor], Tensor]]:
@@ -161,29 +140,11 @@ class HQQ:
             return self.compress_symmetric(grouped, axis, bits, weights, role)
         if self.keeps_rtn(role):
             return to_compressed_weight(grouped, *rtn_scale_zero_point(grouped, axis, bits), bits, True)
-        integer_zero_point = params.zero_point_format == ZeroPointFormat.INTEGER
         if weights is None or not params.weighted_proximal:
             inverse_scale, zero = fast_path.solve(grouped, axis, bits, params)
         else:
             inverse_scale, zero = hqq_solve(grouped, axis, bits, params, weights)
-        if params.refine_rounds or integer_zero_point:
-            inverse_scale, zero = refine_least_squares(
-                grouped,
-                inverse_scale,
-                zero,
-                axis,
-                bits,
-                params.refine_rounds,
-                weights,
-                integer_zero_point,
-                params.preserve_extremes,
-            )
-        result = to_compressed_weight(grouped, *hqq_to_nncf(inverse_scale, zero), bits, integer_zero_point)
-        if params.rtn_guard:
-            rtn = to_compressed_weight(grouped, *rtn_scale_zero_point(grouped, axis, bits), bits, True)
-            errors = (stored_group_error(grouped, c, axis, weights) for c in (result, rtn))
-            result = choose_per_group(next(errors) <= next(errors), result, rtn)
-        return result
+        return fast_refine.finish(grouped, inverse_scale, zero, axis, bits, params, weights)
 
     def compress_symmetric(
         self, grouped: Tensor, axis: int, bits: int, weights: Tensor | None, role: AttentionRole | None

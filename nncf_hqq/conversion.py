@@ -18,6 +18,7 @@ from nncf.tensor import functions as fns
 
 from nncf_hqq._nncf_glue import CompressedWeight
 from nncf_hqq.solver import levels_max
+from nncf_hqq.solver import weighted_mean
 
 #: Largest finite float16 value; scales and zero points are clipped into the f16 range.
 F16_MAX = 65504.0
@@ -71,15 +72,22 @@ def to_compressed_weight(
     integer one is rounded and clipped to the code range and kept as int32 (like NNCF's RTN). Codes are recomputed
     against exactly those stored values.
     """
-    scale = round_to_f16(fns.abs(scale), F16_TINY, F16_MAX)
-    if integer_zero_point:
-        zero_point = fns.clip(fns.round(zero_point), 0.0, levels_max(num_bits))
-    else:
-        zero_point = round_to_f16(zero_point, -F16_MAX, F16_MAX)
+    scale, zero_point = stored_scale_zero_point(scale, zero_point, num_bits, integer_zero_point)
     codes = encode(grouped_weight, scale, zero_point, num_bits)
     if integer_zero_point:
         zero_point = zero_point.astype(TensorDataType.int32)
     return CompressedWeight(contiguous(codes), contiguous(scale), contiguous(zero_point))
+
+
+def stored_scale_zero_point(
+    scale: Tensor, zero_point: Tensor, num_bits: int, integer_zero_point: bool
+) -> tuple[Tensor, Tensor]:
+    """The values a scale and zero point take when written: the scale rounded to f16 (kept positive and finite),
+    a float zero point rounded to f16, an integer one rounded and clipped to the code range (float32 tensors)."""
+    scale = round_to_f16(fns.abs(scale), F16_TINY, F16_MAX)
+    if integer_zero_point:
+        return scale, fns.clip(fns.round(zero_point), 0.0, levels_max(num_bits))
+    return scale, round_to_f16(zero_point, -F16_MAX, F16_MAX)
 
 
 def to_symmetric_compressed_weight(grouped_weight: Tensor, scale: Tensor, num_bits: int) -> CompressedWeight:
@@ -97,3 +105,21 @@ def decompress(compressed: CompressedWeight) -> Tensor:
     if compressed.zero_point is not None:
         codes = codes - compressed.zero_point.astype(TensorDataType.float32)
     return codes * compressed.scale.astype(TensorDataType.float32)
+
+
+def stored_group_error(
+    grouped_weight: Tensor, compressed: CompressedWeight, axis: int, importance: Tensor | None
+) -> Tensor:
+    """Per-group (importance-weighted) mean squared error of the weights as stored (keepdims)."""
+    diff = decompress(compressed) - grouped_weight
+    return weighted_mean(diff * diff, importance, axis)
+
+
+def choose_per_group(use_first: Tensor, first: CompressedWeight, second: CompressedWeight) -> CompressedWeight:
+    """Takes every group's codes, scale and zero point from ``first`` where ``use_first`` holds, else ``second``."""
+    zero_dtype = first.zero_point.dtype if first.zero_point.dtype == second.zero_point.dtype else TensorDataType.float32
+    return CompressedWeight(
+        fns.where(use_first, first.tensor, second.tensor),
+        fns.where(use_first, first.scale, second.scale),
+        fns.where(use_first, first.zero_point.astype(zero_dtype), second.zero_point.astype(zero_dtype)),
+    )

@@ -102,17 +102,25 @@ def solve(weight: Tensor, axis: int, num_bits: int, params: HQQParameters) -> tu
         try:
             result = solve_compiled(weight, axis, num_bits, params)
         except RuntimeError as error:  # OpenVINO compile/infer failures: the reference still works
-            _log_once(f"HQQ fast path failed ({error}); using the reference solver.", warning=True)
+            log_once(f"HQQ fast path failed ({error}); using the reference solver.", warning=True)
         else:
-            _log_once("HQQ: using the compiled OpenVINO fast path.")
+            log_once("HQQ: using the compiled OpenVINO fast path.")
             return result
     else:
-        _log_once(f"HQQ: using the reference solver ({reason}).")
+        log_once(f"HQQ: using the reference solver ({reason}).")
     return hqq_solve(weight, axis, num_bits, params)
 
 
 def fallback_reason(weight: Tensor, num_bits: int, params: HQQParameters) -> str | None:
     """Why the fast path cannot be used for this call, or None when it can."""
+    unsupported = unsupported_parameters(params)
+    if unsupported:
+        return f"unsupported HQQ parameters {unsupported}"
+    return tensor_fallback_reason(weight, num_bits)
+
+
+def tensor_fallback_reason(weight: Tensor, num_bits: int) -> str | None:
+    """Why no compiled path can handle this weight (or the environment switch is set), or None."""
     if os.environ.get(DISABLE_ENV, "") not in ("", "0"):
         return f"{DISABLE_ENV} is set"
     if weight.backend not in (TensorBackend.numpy, TensorBackend.ov):
@@ -123,9 +131,6 @@ def fallback_reason(weight: Tensor, num_bits: int, params: HQQParameters) -> str
         return "empty weight"
     if num_bits not in SUPPORTED_BITS:
         return f"num_bits={num_bits} is not handled"
-    unsupported = unsupported_parameters(params)
-    if unsupported:
-        return f"unsupported HQQ parameters {unsupported}"
     return None
 
 
@@ -139,7 +144,7 @@ def unsupported_parameters(params: HQQParameters) -> list[str]:
     return names
 
 
-def _log_once(message: str, warning: bool = False) -> None:
+def log_once(message: str, warning: bool = False) -> None:
     with _LOG_LOCK:
         if message in _LOGGED:
             return
@@ -162,21 +167,21 @@ def solve_compiled(weight: Tensor, axis: int, num_bits: int, params: HQQParamete
         return hqq_solve(weight, axis, num_bits, params)  # NaN/Inf weights: whatever the reference makes of them
     if params.iterations == 0:
         return inverse_scale, zero
-    rows = _as_rows(weight.data, axis)
-    s_rows = _as_rows(inverse_scale.data, axis)[:, 0]
-    z_rows = _as_rows(zero.data, axis)[:, 0]
+    rows = as_rows(weight.data, axis)
+    s_rows = as_rows(inverse_scale.data, axis)[:, 0]
+    z_rows = as_rows(zero.data, axis)[:, 0]
     best = _ProximalRun(rows, s_rows, num_bits, params).solve(z_rows)
-    return inverse_scale, Tensor(_from_rows(best, zero.data.shape, axis))
+    return inverse_scale, Tensor(from_rows(best, zero.data.shape, axis))
 
 
-def _as_rows(array: np.ndarray, axis: int) -> np.ndarray:
+def as_rows(array: np.ndarray, axis: int) -> np.ndarray:
     """``[..., R, ...]`` with ``R`` on ``axis`` as a C-contiguous ``[N, R]`` (a view when ``axis`` is last)."""
     moved = np.moveaxis(array, axis, -1)
     return np.ascontiguousarray(moved).reshape(-1, array.shape[axis])
 
 
-def _from_rows(values: np.ndarray, keepdims_shape: tuple[int, ...], axis: int) -> np.ndarray:
-    """Inverse of ``_as_rows`` for per-group values ``[N]`` into the keepdims shape."""
+def from_rows(values: np.ndarray, keepdims_shape: tuple[int, ...], axis: int) -> np.ndarray:
+    """Inverse of ``as_rows`` for per-group values ``[N]`` into the keepdims shape."""
     moved_shape = (*keepdims_shape[:axis], *keepdims_shape[axis + 1 :], 1)
     return np.moveaxis(values.reshape(moved_shape), -1, axis).astype(np.float32, copy=False)
 
@@ -371,14 +376,14 @@ class CompiledSweep:
         with self.lock:
             self.queue.set_callback(collect)
             for begin in range(0, n, c):
-                inputs = [*_block_inputs(rows, s_col, z_col, begin, c), betas]
+                inputs = [*block_inputs(rows, s_col, z_col, begin, c), betas]
                 in_flight.append(inputs)
                 self.queue.start_async(inputs, userdata=(begin, min(c, n - begin)), share_inputs=True)
             self.queue.wait_all()
         return zeros, l1, scaled_range
 
 
-def _block_inputs(
+def block_inputs(
     rows: np.ndarray, s_col: np.ndarray, z_col: np.ndarray, begin: int, count: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rows ``begin:begin + count`` (views), zero-padded to ``count`` rows for the last, shorter block."""

@@ -286,8 +286,15 @@ def rtn_scale_zero_point(weight: Tensor, axis: int, num_bits: int) -> tuple[Tens
     The range always contains 0 (``[min(0, min), max(0, max)]``) and the zero point is an integer code.
     """
     weight = weight.astype(TensorDataType.float32)
-    w_min = fns.minimum(fns.min(weight, axis=axis, keepdims=True), 0.0)
-    w_max = fns.maximum(fns.max(weight, axis=axis, keepdims=True), 0.0)
+    return rtn_scale_zero_point_for_range(
+        fns.min(weight, axis=axis, keepdims=True), fns.max(weight, axis=axis, keepdims=True), num_bits
+    )
+
+
+def rtn_scale_zero_point_for_range(w_min: Tensor, w_max: Tensor, num_bits: int) -> tuple[Tensor, Tensor]:
+    """``rtn_scale_zero_point`` from every group's minimum and maximum weight."""
+    w_min = fns.minimum(w_min, 0.0)
+    w_max = fns.maximum(w_max, 0.0)
     q_max = levels_max(num_bits)
     scale = (w_max - w_min) / q_max
     eps = float(fns.finfo(scale).eps)

@@ -1,0 +1,397 @@
+"""Compiled OpenVINO implementations of what follows HQQ's proximal solver, and the dispatch to them.
+
+``finish`` takes the solver's inverse scale and zero point and returns NNCF's ``CompressedWeight``:
+the least-squares refinement (``nncf_hqq.solver.refine_least_squares``), the values as stored (f16 scale, f16
+or integer zero point) and the per-group RTN guard. ``finish_reference`` is the numpy reference of all three;
+``finish_compiled`` runs the weight-sized work as OpenVINO models (same switch as the proximal fast path:
+``NNCF_HQQ_DISABLE_FAST_PATH``).
+
+Every step only ever needs one group's elements, so groups are laid out as rows ``[N, R]``:
+- one model unrolls all refinement rounds for a block of rows (the block stays in the CPU caches for the whole
+  refinement) and also returns every row's minimum and maximum (NNCF's RTN parameters follow from them);
+- the f16 rounding of the stored values is done in numpy on the per-row parameters only (OpenVINO folds a
+  f32 -> f16 -> f32 Convert pair away), and a second model returns the stored HQQ and RTN errors of every row;
+- the codes are encoded once, with the chosen parameters.
+Blocks run on all cores through an ``AsyncInferQueue``. The importance of a row's elements is the importance of
+its group of input channels, gathered per block, so no weight-sized importance array is ever built.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import threading
+from functools import lru_cache
+
+import numpy as np
+import openvino as ov
+from nncf.tensor import Tensor
+from nncf.tensor import TensorBackend
+from nncf.tensor import TensorDataType
+from nncf.tensor import functions as fns
+from openvino import opset13 as opset
+
+from nncf_hqq import fast_path
+from nncf_hqq._nncf_glue import CompressedWeight
+from nncf_hqq.conversion import choose_per_group
+from nncf_hqq.conversion import contiguous
+from nncf_hqq.conversion import encode
+from nncf_hqq.conversion import hqq_to_nncf
+from nncf_hqq.conversion import stored_group_error
+from nncf_hqq.conversion import stored_scale_zero_point
+from nncf_hqq.conversion import to_compressed_weight
+from nncf_hqq.parameters import HQQParameters
+from nncf_hqq.parameters import ZeroPointFormat
+from nncf_hqq.solver import levels_max
+from nncf_hqq.solver import refine_least_squares
+from nncf_hqq.solver import rtn_scale_zero_point
+from nncf_hqq.solver import rtn_scale_zero_point_for_range
+
+#: Compiled models kept (one per group size, bit width, rounds, zero-point kind and weighting).
+CACHE_SIZE = 16
+
+
+def finish(
+    grouped: Tensor,
+    inverse_scale: Tensor,
+    zero: Tensor,
+    axis: int,
+    num_bits: int,
+    params: HQQParameters,
+    importance: Tensor | None = None,
+) -> CompressedWeight:
+    """Refinement, storage and RTN guard after the proximal solver (see the module doc), compiled where possible.
+
+    :param grouped: the grouped weight; ``inverse_scale`` and ``zero`` are the solver's (HQQ convention).
+    :param importance: per-element weights broadcastable to ``grouped`` (size 1 on the dims they do not vary on).
+    """
+    reason = fallback_reason(grouped, num_bits, importance, params)
+    if reason is None:
+        try:
+            result = finish_compiled(grouped, inverse_scale, zero, axis, num_bits, params, importance)
+        except RuntimeError as error:  # OpenVINO compile/infer failures: the reference still works
+            fast_path.log_once(f"HQQ compiled refinement failed ({error}); using the reference.", warning=True)
+        else:
+            fast_path.log_once("HQQ: using the compiled OpenVINO refinement and RTN guard.")
+            return result
+    else:
+        fast_path.log_once(f"HQQ: using the reference refinement and RTN guard ({reason}).")
+    return finish_reference(grouped, inverse_scale, zero, axis, num_bits, params, importance)
+
+
+def is_integer_zero_point(params: HQQParameters) -> bool:
+    return params.zero_point_format == ZeroPointFormat.INTEGER
+
+
+def finish_reference(
+    grouped: Tensor,
+    inverse_scale: Tensor,
+    zero: Tensor,
+    axis: int,
+    num_bits: int,
+    params: HQQParameters,
+    importance: Tensor | None = None,
+) -> CompressedWeight:
+    """The numpy (any ``nncf.tensor`` backend) reference of ``finish``."""
+    integer_zero_point = is_integer_zero_point(params)
+    if params.refine_rounds or integer_zero_point:
+        inverse_scale, zero = refine_least_squares(
+            grouped,
+            inverse_scale,
+            zero,
+            axis,
+            num_bits,
+            params.refine_rounds,
+            importance,
+            integer_zero_point,
+            params.preserve_extremes,
+        )
+    result = to_compressed_weight(grouped, *hqq_to_nncf(inverse_scale, zero), num_bits, integer_zero_point)
+    if params.rtn_guard:
+        rtn = to_compressed_weight(grouped, *rtn_scale_zero_point(grouped, axis, num_bits), num_bits, True)
+        errors = (stored_group_error(grouped, c, axis, importance) for c in (result, rtn))
+        result = choose_per_group(next(errors) <= next(errors), result, rtn)
+    return result
+
+
+def fallback_reason(weight: Tensor, num_bits: int, importance: Tensor | None, params: HQQParameters) -> str | None:
+    """Why the compiled path cannot be used for this call, or None when it can."""
+    if params.preserve_extremes:
+        return "preserve_extremes is not compiled"
+    if importance is not None and importance.backend not in (TensorBackend.numpy, TensorBackend.ov):
+        return f"{importance.backend.value} importance tensors are not handled"
+    return fast_path.tensor_fallback_reason(weight, num_bits)
+
+
+def finish_compiled(
+    grouped: Tensor,
+    inverse_scale: Tensor,
+    zero: Tensor,
+    axis: int,
+    num_bits: int,
+    params: HQQParameters,
+    importance: Tensor | None = None,
+) -> CompressedWeight:
+    """The compiled ``finish`` itself (no dispatch); same contract as ``finish_reference``."""
+    weight = Tensor(_numpy_f32(grouped))
+    axis = axis % weight.ndim
+    shape = _numpy_f32(inverse_scale).shape
+    rows = fast_path.as_rows(weight.data, axis)
+    row_importance = None if importance is None else RowImportance.of(_numpy_f32(importance), shape, axis)
+    block = fast_path.rows_per_block(rows.shape[1])
+    if row_importance is not None:
+        block = row_importance.block_rows(block)
+    columns = np.stack([fast_path.as_rows(_numpy_f32(t), axis)[:, 0] for t in (inverse_scale, zero)], axis=1)
+    integer_zero_point = is_integer_zero_point(params)
+    weighted = row_importance is not None
+    refinement = compiled_refinement(block, rows.shape[1], params.refine_rounds, num_bits, integer_zero_point, weighted)
+    s, z, w_min, w_max = refinement.run(rows, columns, row_importance)
+    # NaN/Inf weights (NaN makes the solver's parameters NaN; OpenVINO's min/max skip it): the reference's result
+    if not (np.isfinite(columns).all() and np.isfinite(w_min).all() and np.isfinite(w_max).all()):
+        return finish_reference(grouped, inverse_scale, zero, axis, num_bits, params, importance)
+    scale, zero_point = stored_scale_zero_point(Tensor(1.0 / s), Tensor(z), num_bits, integer_zero_point)
+    if params.rtn_guard:
+        rtn_range = rtn_scale_zero_point_for_range(Tensor(w_min), Tensor(w_max), num_bits)
+        rtn_scale, rtn_zero_point = stored_scale_zero_point(*rtn_range, num_bits, True)
+        stacked = np.stack([scale.data, zero_point.data, rtn_scale.data, rtn_zero_point.data], axis=1)
+        guard = compiled_guard(block, rows.shape[1], num_bits, weighted)
+        hqq_error, rtn_error = guard.run(rows, stacked, row_importance)
+        use_hqq = Tensor(hqq_error <= rtn_error)
+        scale = fns.where(use_hqq, scale, rtn_scale)
+        zero_point = fns.where(use_hqq, zero_point, rtn_zero_point)
+    scale = Tensor(fast_path.from_rows(scale.data, shape, axis))
+    zero_point = Tensor(fast_path.from_rows(zero_point.data, shape, axis))
+    codes = encode(weight, scale, zero_point, num_bits)
+    if integer_zero_point:
+        zero_point = zero_point.astype(TensorDataType.int32)
+    return CompressedWeight(contiguous(codes), contiguous(scale), contiguous(zero_point))
+
+
+def _numpy_f32(tensor: Tensor) -> np.ndarray:
+    data = tensor.as_numpy_tensor().data if tensor.backend == TensorBackend.ov else tensor.data
+    return np.asarray(data, dtype=np.float32)
+
+
+@dataclasses.dataclass(eq=False)  # hashed by identity (``_tiled`` caches per instance)
+class RowImportance:
+    """The importance of the weight's ``[N, R]`` rows without a weight-sized array: the distinct importance rows
+    ``table`` ``[M, R]`` and the index of every weight row's importance row ``group_of_row`` ``[N]``."""
+
+    table: np.ndarray
+    group_of_row: np.ndarray
+
+    @classmethod
+    def of(cls, importance: np.ndarray, keepdims_shape: tuple[int, ...], axis: int) -> RowImportance:
+        """:param importance: broadcastable to the grouped weight (size 1 on the dims it does not vary on).
+        :param keepdims_shape: the grouped weight's shape with ``axis`` reduced to 1."""
+        table = fast_path.as_rows(importance, axis)
+        ids = np.arange(table.shape[0]).reshape((*importance.shape[:axis], 1, *importance.shape[axis + 1 :]))
+        return cls(table, fast_path.as_rows(np.broadcast_to(ids, keepdims_shape), axis)[:, 0])
+
+    @functools.cached_property
+    def periodic(self) -> bool:
+        """Whether row ``n`` has importance row ``n % M`` (a weight grouped along its last axis)."""
+        period = self.table.shape[0]
+        return bool(np.array_equal(self.group_of_row, np.arange(self.group_of_row.size) % period))
+
+    def block_rows(self, rows: int) -> int:
+        """A block size near ``rows`` for which every block of a periodic layout has the same importance."""
+        period = self.table.shape[0]
+        return max(period, rows // period * period) if self.periodic else rows
+
+    def block(self, begin: int, count: int) -> np.ndarray:
+        """The importance rows ``[count, R]`` of the block starting at row ``begin`` (ones past the last row)."""
+        if self.periodic and begin % self.table.shape[0] == 0 and count % self.table.shape[0] == 0:
+            return self._tiled(count)
+        ids = self.group_of_row[begin : begin + count]
+        block = np.ones((count, self.table.shape[1]), dtype=np.float32)
+        block[: ids.size] = self.table[ids]
+        return block
+
+    @functools.lru_cache(maxsize=1)  # noqa: B019 (one small array per instance, freed with it)
+    def _tiled(self, count: int) -> np.ndarray:
+        return np.ascontiguousarray(np.tile(self.table, (count // self.table.shape[0], 1)), dtype=np.float32)
+
+
+class CompiledRows:
+    """A compiled model over blocks of ``rows_per_block`` rows, run on all cores.
+
+    Its inputs are the weight rows ``[B, R]``, per-row parameters ``[B, k]`` and, when ``weighted``, the
+    importance rows ``[B, R]``; its one output is ``[m, B]`` (``m`` values per row).
+    """
+
+    def __init__(self, model: ov.Model, rows_per_block: int, weighted: bool) -> None:
+        config = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "THROUGHPUT"}
+        self.compiled = ov.Core().compile_model(model, "CPU", config)
+        jobs = max(1, int(self.compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")))
+        self.queue = ov.AsyncInferQueue(self.compiled, jobs)
+        self.rows_per_block = rows_per_block
+        self.weighted = weighted
+        self.outputs = int(self.compiled.output(0).get_partial_shape()[0].get_length())
+        self.lock = threading.Lock()
+
+    def run(self, rows: np.ndarray, columns: np.ndarray, importance: RowImportance | None) -> np.ndarray:
+        """The model's per-row values ``[m, N]`` for weight rows ``[N, R]`` and per-row parameters ``[N, k]``."""
+        n, c = rows.shape[0], self.rows_per_block
+        result = np.empty((self.outputs, n), dtype=np.float32)
+        columns = np.ascontiguousarray(columns, dtype=np.float32)
+
+        def collect(request: ov.InferRequest, span: tuple[int, int]) -> None:
+            begin, count = span
+            result[:, begin : begin + count] = request.get_output_tensor(0).data[:, :count]
+
+        in_flight = []  # the shared input buffers must outlive their inference
+        with self.lock:
+            self.queue.set_callback(collect)
+            for begin in range(0, n, c):
+                inputs = [_block(rows, begin, c, 0.0), _block(columns, begin, c, 1.0)]
+                if self.weighted and importance is not None:
+                    inputs.append(importance.block(begin, c))
+                in_flight.append(inputs)
+                self.queue.start_async(inputs, userdata=(begin, min(c, n - begin)), share_inputs=True)
+            self.queue.wait_all()
+        return result
+
+
+def _block(array: np.ndarray, begin: int, count: int, fill: float) -> np.ndarray:
+    """Rows ``begin:begin + count`` of ``array`` (a view), padded with ``fill`` for the last, shorter block."""
+    if begin + count <= array.shape[0]:
+        return array[begin : begin + count]
+    block = np.full((count, array.shape[1]), fill, dtype=np.float32)
+    block[: array.shape[0] - begin] = array[begin:]
+    return block
+
+
+@lru_cache(maxsize=CACHE_SIZE)
+def compiled_refinement(
+    block: int, group_size: int, rounds: int, num_bits: int, integer_zero: bool, weighted: bool
+) -> CompiledRows:
+    """The compiled refinement for blocks of ``block`` rows of one configuration (LRU cached)."""
+    model = build_refinement_model(block, group_size, rounds, levels_max(num_bits), integer_zero, weighted)
+    return CompiledRows(model, block, weighted)
+
+
+@lru_cache(maxsize=CACHE_SIZE)
+def compiled_guard(block: int, group_size: int, num_bits: int, weighted: bool) -> CompiledRows:
+    """The compiled stored-error comparison for blocks of ``block`` rows (LRU cached)."""
+    return CompiledRows(build_guard_model(block, group_size, levels_max(num_bits), weighted), block, weighted)
+
+
+def _block_parameters(
+    rows: int, group_size: int, columns: int, weighted: bool
+) -> tuple[list[ov.Node], ov.Node, list[ov.Node], ov.Node | None]:
+    """The inputs of a ``CompiledRows`` model: the parameters, the weight, the per-row columns (split, each
+    ``[rows, 1]``) and the importance (or None)."""
+    weight = opset.parameter([rows, group_size], ov.Type.f32, name="weight")
+    per_row = opset.parameter([rows, columns], ov.Type.f32, name="per_row")
+    parameters = [weight, per_row]
+    importance = None
+    if weighted:
+        importance = opset.parameter([rows, group_size], ov.Type.f32, name="importance")
+        parameters.append(importance)
+    split = opset.split(per_row, opset.constant(np.int64(1)), columns)
+    return parameters, weight, [split.output(i) for i in range(columns)], importance
+
+
+def _rows_result(values: list[ov.Node], rows: int) -> ov.Node:
+    """``[rows, 1]`` values to one ``[len(values), rows]`` result."""
+    shape = opset.constant(np.array([1, rows], dtype=np.int64))
+    return opset.result(opset.concat([opset.reshape(v, shape, special_zero=False) for v in values], 0))
+
+
+def build_refinement_model(
+    rows: int, group_size: int, rounds: int, q_max: float, integer_zero: bool, weighted: bool
+) -> ov.Model:
+    """All refinement rounds for a ``[rows, group_size]`` block, mirroring ``refine_least_squares``.
+
+    Per-row input columns: the inverse scale and zero point. Output ``[4, rows]``: the best inverse scale and
+    zero point, and the minimum and maximum weight of every row.
+    """
+    parameters, weight, (s, z), importance = _block_parameters(rows, group_size, 2, weighted)
+    graph = _RefinementGraph(weight, importance, q_max)
+    if integer_zero:
+        z = opset.clamp(opset.round(z, "half_to_even"), 0.0, q_max)
+    codes, best_error = graph.codes_and_error(s, z)
+    best_s, best_z = s, z
+    for _ in range(rounds):
+        s, z = graph.scale_for_zero(codes, s, z) if integer_zero else graph.scale_and_zero(codes, s, z)
+        codes, error = graph.codes_and_error(s, z)
+        better = opset.less(error, best_error)
+        best_s, best_z = opset.select(better, s, best_s), opset.select(better, z, best_z)
+        best_error = opset.select(better, error, best_error)
+    extremes = [
+        opset.reduce_min(weight, graph.axis, keep_dims=True),
+        opset.reduce_max(weight, graph.axis, keep_dims=True),
+    ]
+    return ov.Model([_rows_result([best_s, best_z, *extremes], rows)], parameters, "hqq_refinement")
+
+
+def build_guard_model(rows: int, group_size: int, q_max: float, weighted: bool) -> ov.Model:
+    """The (weighted) mean squared error of two stored parameter sets for a ``[rows, group_size]`` block.
+
+    Per-row input columns: scale and zero point of the first set, then of the second (NNCF's convention, as
+    stored). Output ``[2, rows]``: the error of each set, like ``conversion.stored_group_error``.
+    """
+    parameters, weight, columns, importance = _block_parameters(rows, group_size, 4, weighted)
+    graph = _RefinementGraph(weight, importance, q_max)
+    errors = [graph.stored_error(columns[i], columns[i + 1]) for i in (0, 2)]
+    return ov.Model([_rows_result(errors, rows)], parameters, "hqq_guard")
+
+
+class _RefinementGraph:
+    """The operations of ``refine_least_squares`` on one block, as OpenVINO nodes."""
+
+    def __init__(self, weight: ov.Node, importance: ov.Node | None, q_max: float) -> None:
+        self.weight = weight
+        self.importance = importance
+        self.q_max = q_max
+        self.axis = opset.constant(np.array([1], dtype=np.int64))
+        self.total = None if importance is None else opset.reduce_sum(importance, self.axis, keep_dims=True)
+
+    def mean(self, x: ov.Node) -> ov.Node:
+        """Per-row (weighted) mean, like ``solver.weighted_mean``."""
+        if self.importance is None:
+            return opset.reduce_mean(x, self.axis, keep_dims=True)
+        weighted_sum = opset.reduce_sum(opset.multiply(x, self.importance), self.axis, keep_dims=True)
+        return opset.divide(weighted_sum, self.total)
+
+    def codes_and_error(self, s: ov.Node, z: ov.Node) -> tuple[ov.Node, ov.Node]:
+        """Nearest codes and the (weighted) mean squared reconstruction error of every row."""
+        shifted = opset.add(opset.multiply(self.weight, s), z)
+        codes = opset.clamp(opset.round(shifted, "half_to_even"), 0.0, self.q_max)
+        diff = opset.subtract(opset.divide(opset.subtract(codes, z), s), self.weight)
+        return codes, self.mean(opset.multiply(diff, diff))
+
+    def stored_error(self, scale: ov.Node, zero_point: ov.Node) -> ov.Node:
+        """Error of NNCF-convention parameters: codes ``clip(round(W / scale + zp))`` (as ``conversion.encode``),
+        reconstruction ``(codes - zp) * scale``."""
+        shifted = opset.add(opset.divide(self.weight, scale), zero_point)
+        codes = opset.clamp(opset.round(shifted, "half_to_even"), 0.0, self.q_max)
+        diff = opset.subtract(opset.multiply(opset.subtract(codes, zero_point), scale), self.weight)
+        return self.mean(opset.multiply(diff, diff))
+
+    def scale_and_zero(self, codes: ov.Node, s: ov.Node, z: ov.Node) -> tuple[ov.Node, ov.Node]:
+        """``solver.least_squares_scale_zero``: the regression ``W ~ a * codes + b``, ``s = 1/a``, ``z = -b/a``."""
+        mean_codes, mean_weight = self.mean(codes), self.mean(self.weight)
+        centred = opset.subtract(codes, mean_codes)
+        variance = self.mean(opset.multiply(centred, centred))
+        covariance = self.mean(opset.multiply(centred, opset.subtract(self.weight, mean_weight)))
+        valid, slope = self.positive_ratio(covariance, variance)
+        new_s = opset.select(valid, opset.divide(opset.constant(np.float32(1.0)), slope), s)
+        new_z = opset.select(valid, opset.subtract(mean_codes, opset.divide(mean_weight, slope)), z)
+        return new_s, new_z
+
+    def scale_for_zero(self, codes: ov.Node, s: ov.Node, z: ov.Node) -> tuple[ov.Node, ov.Node]:
+        """``solver.least_squares_scale_for_zero``: ``s = <sh, sh> / <W, sh>`` with ``sh = codes - z``."""
+        shifted = opset.subtract(codes, z)
+        numerator = self.mean(opset.multiply(self.weight, shifted))
+        denominator = self.mean(opset.multiply(shifted, shifted))
+        valid, ratio = self.positive_ratio(denominator, numerator)
+        return opset.select(valid, ratio, s), z
+
+    @staticmethod
+    def positive_ratio(numerator: ov.Node, denominator: ov.Node) -> tuple[ov.Node, ov.Node]:
+        """``numerator / denominator`` where both are positive (and that mask); 1 elsewhere."""
+        zero, one = opset.constant(np.float32(0.0)), opset.constant(np.float32(1.0))
+        valid = opset.logical_and(opset.greater(numerator, zero), opset.greater(denominator, zero))
+        return valid, opset.divide(opset.select(valid, numerator, one), opset.select(valid, denominator, one))
