@@ -20,6 +20,7 @@ from typing import Any
 
 import nncf
 import nncf.openvino.quantization.quantize_model as _ov_quantize_model
+import nncf.quantization.algorithms.weight_compression.algorithm as _wc_algorithm
 import nncf.quantization.quantize_model as _quantize_model
 import numpy as np
 import openvino as ov
@@ -198,12 +199,32 @@ class HQQWeightCompression(WeightCompression):
                 continue
             single_reduction_axis(wp.reduction_axes, wp.weight_name)
             weight = self._backend_entity.get_weight(wp.node_with_weight, wp.weight_port_id, model, graph)
-            if not np.isfinite(weight.as_numpy_tensor().data).all():
+            if not all_finite(weight.as_numpy_tensor().data):
                 msg = (
                     f"Weight '{wp.weight_name}' of layer '{wp.node_with_weight.node_name}' contains NaN or Inf "
                     "values; HQQ cannot compress it. The model was not modified."
                 )
                 raise nncf.ValidationError(msg)
+
+
+def all_finite(data: np.ndarray) -> bool:
+    """Whether an array holds no NaN/Inf. A sum is NaN/Inf when an element is (no weight-sized temporary); only
+    when it is (or overflows) are the elements checked one by one."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        accumulator = np.float32 if data.dtype.itemsize < 4 else None  # f16 sums overflow early
+        if np.isfinite(np.add.reduce(data, axis=None, dtype=accumulator)):
+            return True
+    return bool(np.isfinite(data).all())
+
+
+def _track_with_hqq(*args: Any, **kwargs: Any) -> Any:
+    """NNCF's ``track`` with "(HQQ)" added to the description of the weight-compression bar."""
+    description = kwargs.get("description")
+    if isinstance(description, str) and description.startswith("Applying Weight Compression"):
+        kwargs["description"] = description.replace(
+            "Applying Weight Compression", "Applying Weight Compression (HQQ)", 1
+        )
+    return track(*args, **kwargs)
 
 
 @contextlib.contextmanager
@@ -215,8 +236,11 @@ def weight_compression_with_hqq(hqq: HQQ) -> Iterator[None]:
 
     with _PATCH_LOCK:
         original = _ov_quantize_model.WeightCompression
+        original_track = _wc_algorithm.track
         _ov_quantize_model.WeightCompression = factory
+        _wc_algorithm.track = _track_with_hqq
         try:
             yield
         finally:
             _ov_quantize_model.WeightCompression = original
+            _wc_algorithm.track = original_track

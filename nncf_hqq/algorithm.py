@@ -51,10 +51,11 @@ def single_reduction_axis(reduction_axes: int | tuple[int, ...], weight_name: st
 
 
 def as_float32_numpy(weight: Tensor) -> Tensor:
-    """OpenVINO tensors (also bf16/f16 ones) become float32 numpy tensors; others are only cast."""
+    """OpenVINO tensors (also bf16/f16 ones) become float32 numpy tensors; others are cast. A float32 tensor is
+    returned as it is (no weight-sized copy: nothing downstream writes into it)."""
     if weight.backend == TensorBackend.ov:
         weight = weight.as_numpy_tensor()
-    return weight.astype(TensorDataType.float32)
+    return weight if weight.dtype == TensorDataType.float32 else weight.astype(TensorDataType.float32)
 
 
 def importance_along_groups(

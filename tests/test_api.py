@@ -212,7 +212,9 @@ ERROR_CASES = [
     pytest.param({"mode": INT4, "hqq_params": {"beta": -1}}, nncf.ValidationError, "beta", id="bad-beta"),
     pytest.param({"mode": INT4, "hqq_params": {"betta": 1}}, nncf.ValidationError, "betta", id="unknown-param"),
     pytest.param({"mode": INT4, "hqq_params": 3}, nncf.ValidationError, "HQQParameters", id="params-type"),
-    pytest.param({"mode": INT4, "group_size": 48}, nncf.InvalidGroupSizeError, "", id="bad-group-size"),
+    pytest.param(
+        {"mode": INT4, "group_size": 48}, nncf.InvalidGroupSizeError, r"group size value 48", id="bad-group-size"
+    ),
 ]
 
 
@@ -274,3 +276,35 @@ def test_weight_compression_class_is_restored_after_call_and_error() -> None:
     with pytest.raises(nncf.ValidationError):
         nncf.compress_weights(weight_with_nan(), mode=INT4, group_size=32, hqq=True)
     assert ov_qm.WeightCompression is original
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        (np.array([1.0, -2.0, 3.0], dtype=np.float32), True),
+        (np.full(8, 3e38, dtype=np.float32), True),  # the sum overflows, the elements are finite
+        (np.full(64, 60000.0, dtype=np.float16), True),
+        (np.array([1.0, np.inf, -np.inf], dtype=np.float32), False),
+        (np.array([[0.5, np.nan]], dtype=np.float32), False),
+        (np.array([np.inf], dtype=np.float16), False),
+    ],
+    ids=["finite", "overflowing-sum", "f16-large", "inf-pair", "nan", "f16-inf"],
+)
+def test_all_finite(values: np.ndarray, expected: bool) -> None:
+    assert _nncf_glue.all_finite(values) is expected
+
+
+def test_progress_bar_names_the_hqq_stage(monkeypatch: pytest.MonkeyPatch) -> None:
+    descriptions: list[str] = []
+    original = _nncf_glue.track
+
+    def spy(*args: object, **kwargs: object) -> object:
+        descriptions.append(str(kwargs.get("description")))
+        return original(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_nncf_glue, "track", spy)
+    nncf.compress_weights(transformer_like(), mode=INT4, group_size=32, hqq=True)
+    assert "Applying Weight Compression (HQQ)" in descriptions
+    import nncf.quantization.algorithms.weight_compression.algorithm as wc_algorithm
+
+    assert wc_algorithm.track is original  # restored after the call
