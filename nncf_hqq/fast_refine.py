@@ -42,6 +42,7 @@ from nncf_hqq.conversion import stored_scale_zero_point
 from nncf_hqq.conversion import to_compressed_weight
 from nncf_hqq.parameters import HQQParameters
 from nncf_hqq.parameters import ZeroPointFormat
+from nncf_hqq.solver import MAX_INVERSE_SCALE
 from nncf_hqq.solver import levels_max
 from nncf_hqq.solver import refine_least_squares
 from nncf_hqq.solver import rtn_scale_zero_point
@@ -116,8 +117,6 @@ def finish_reference(
 
 def fallback_reason(weight: Tensor, num_bits: int, importance: Tensor | None, params: HQQParameters) -> str | None:
     """Why the compiled path cannot be used for this call, or None when it can."""
-    if params.preserve_extremes:
-        return "preserve_extremes is not compiled"
     if importance is not None and importance.backend not in (TensorBackend.numpy, TensorBackend.ov):
         return f"{importance.backend.value} importance tensors are not handled"
     return fast_path.tensor_fallback_reason(weight, num_bits)
@@ -144,7 +143,9 @@ def finish_compiled(
     columns = np.stack([fast_path.as_rows(_numpy_f32(t), axis)[:, 0] for t in (inverse_scale, zero)], axis=1)
     integer_zero_point = is_integer_zero_point(params)
     weighted = row_importance is not None
-    refinement = compiled_refinement(block, rows.shape[1], params.refine_rounds, num_bits, integer_zero_point, weighted)
+    refinement = compiled_refinement(
+        block, rows.shape[1], params.refine_rounds, num_bits, integer_zero_point, weighted, params.preserve_extremes
+    )
     s, z, w_min, w_max = refinement.run(rows, columns, row_importance)
     # NaN/Inf weights (NaN makes the solver's parameters NaN; OpenVINO's min/max skip it): the reference's result
     if not (np.isfinite(columns).all() and np.isfinite(w_min).all() and np.isfinite(w_max).all()):
@@ -264,10 +265,17 @@ def _block(array: np.ndarray, begin: int, count: int, fill: float) -> np.ndarray
 
 @lru_cache(maxsize=CACHE_SIZE)
 def compiled_refinement(
-    block: int, group_size: int, rounds: int, num_bits: int, integer_zero: bool, weighted: bool
+    block: int,
+    group_size: int,
+    rounds: int,
+    num_bits: int,
+    integer_zero: bool,
+    weighted: bool,
+    preserve_extremes: bool,
 ) -> CompiledRows:
     """The compiled refinement for blocks of ``block`` rows of one configuration (LRU cached)."""
-    model = build_refinement_model(block, group_size, rounds, levels_max(num_bits), integer_zero, weighted)
+    q_max = levels_max(num_bits)
+    model = build_refinement_model(block, group_size, rounds, q_max, integer_zero, weighted, preserve_extremes)
     return CompiledRows(model, block, weighted)
 
 
@@ -300,7 +308,13 @@ def _rows_result(values: list[ov.Node], rows: int) -> ov.Node:
 
 
 def build_refinement_model(
-    rows: int, group_size: int, rounds: int, q_max: float, integer_zero: bool, weighted: bool
+    rows: int,
+    group_size: int,
+    rounds: int,
+    q_max: float,
+    integer_zero: bool,
+    weighted: bool,
+    preserve_extremes: bool = False,
 ) -> ov.Model:
     """All refinement rounds for a ``[rows, group_size]`` block, mirroring ``refine_least_squares``.
 
@@ -309,21 +323,23 @@ def build_refinement_model(
     """
     parameters, weight, (s, z), importance = _block_parameters(rows, group_size, 2, weighted)
     graph = _RefinementGraph(weight, importance, q_max)
+
+    def project(s: ov.Node, z: ov.Node) -> ov.Node:
+        return graph.cap_to_extremes(s, z) if preserve_extremes else s
+
     if integer_zero:
         z = opset.clamp(opset.round(z, "half_to_even"), 0.0, q_max)
+    s = project(s, z)
     codes, best_error = graph.codes_and_error(s, z)
     best_s, best_z = s, z
     for _ in range(rounds):
         s, z = graph.scale_for_zero(codes, s, z) if integer_zero else graph.scale_and_zero(codes, s, z)
+        s = project(s, z)
         codes, error = graph.codes_and_error(s, z)
         better = opset.less(error, best_error)
         best_s, best_z = opset.select(better, s, best_s), opset.select(better, z, best_z)
         best_error = opset.select(better, error, best_error)
-    extremes = [
-        opset.reduce_min(weight, graph.axis, keep_dims=True),
-        opset.reduce_max(weight, graph.axis, keep_dims=True),
-    ]
-    return ov.Model([_rows_result([best_s, best_z, *extremes], rows)], parameters, "hqq_refinement")
+    return ov.Model([_rows_result([best_s, best_z, graph.w_min, graph.w_max], rows)], parameters, "hqq_refinement")
 
 
 def build_guard_model(rows: int, group_size: int, q_max: float, weighted: bool) -> ov.Model:
@@ -347,6 +363,23 @@ class _RefinementGraph:
         self.q_max = q_max
         self.axis = opset.constant(np.array([1], dtype=np.int64))
         self.total = None if importance is None else opset.reduce_sum(importance, self.axis, keep_dims=True)
+        self.w_min = opset.reduce_min(weight, self.axis, keep_dims=True)
+        self.w_max = opset.reduce_max(weight, self.axis, keep_dims=True)
+
+    def cap_to_extremes(self, s: ov.Node, z: ov.Node) -> ov.Node:
+        """``solver.cap_inverse_scale_to_extremes``: the largest ``s`` (up to the given one) that keeps the row's
+        minimum and maximum within half a step of the code range."""
+        zero, no_cap = opset.constant(np.float32(0.0)), opset.constant(np.float32(MAX_INVERSE_SCALE))
+        one = opset.constant(np.float32(1.0))
+        positive, negative = opset.greater(self.w_max, zero), opset.less(self.w_min, zero)
+        top = opset.subtract(opset.constant(np.float32(self.q_max + 0.5)), z)
+        upper = opset.select(positive, opset.divide(top, opset.select(positive, self.w_max, one)), no_cap)
+        bottom = opset.add(z, opset.constant(np.float32(0.5)))
+        lower = opset.select(
+            negative, opset.divide(bottom, opset.select(negative, opset.negative(self.w_min), one)), no_cap
+        )
+        cap = opset.minimum(upper, lower)
+        return opset.select(opset.greater(cap, zero), opset.minimum(s, cap), s)
 
     def mean(self, x: ov.Node) -> ov.Node:
         """Per-row (weighted) mean, like ``solver.weighted_mean``."""

@@ -35,6 +35,7 @@ NO_GUARD = dataclasses.replace(HQQ_DEFAULT, rtn_guard=False)
 STORAGE_ONLY = dataclasses.replace(HQQ_DEFAULT, rtn_guard=False, refine_rounds=0)
 GUARD_ONLY = dataclasses.replace(HQQ_DEFAULT, refine_rounds=0)
 INTEGER_NO_ROUNDS = dataclasses.replace(INTEGER, refine_rounds=0)
+PRESERVE_EXTREMES = dataclasses.replace(HQQ_DEFAULT, preserve_extremes=True)
 
 
 def heavy_tailed(shape: tuple[int, ...], seed: int = 0) -> np.ndarray:
@@ -97,8 +98,28 @@ def test_default_parameters_match_reference(
 
 @pytest.mark.parametrize(
     "params",
-    [INTEGER, NO_GUARD, STORAGE_ONLY, GUARD_ONLY, INTEGER_NO_ROUNDS, dataclasses.replace(HQQ_DEFAULT, refine_rounds=1)],
-    ids=["integer-zp", "no-guard", "storage-only", "guard-only", "integer-no-rounds", "one-round"],
+    [
+        INTEGER,
+        NO_GUARD,
+        STORAGE_ONLY,
+        GUARD_ONLY,
+        INTEGER_NO_ROUNDS,
+        dataclasses.replace(HQQ_DEFAULT, refine_rounds=1),
+        PRESERVE_EXTREMES,
+        dataclasses.replace(PRESERVE_EXTREMES, zero_point_format=ZeroPointFormat.INTEGER),
+        dataclasses.replace(PRESERVE_EXTREMES, refine_rounds=0),
+    ],
+    ids=[
+        "integer-zp",
+        "no-guard",
+        "storage-only",
+        "guard-only",
+        "integer-no-rounds",
+        "one-round",
+        "preserve-extremes",
+        "preserve-extremes-integer-zp",
+        "preserve-extremes-no-rounds",
+    ],
 )
 @pytest.mark.parametrize("weighted", [True, False], ids=["weighted", "unweighted"])
 def test_parameter_variants_match_reference(params: HQQParameters, weighted: bool) -> None:
@@ -167,16 +188,11 @@ def test_default_compression_takes_the_compiled_path(compiled_calls: list[str]) 
     assert compiled_calls == ["compiled"]
 
 
-@pytest.mark.parametrize(
-    ("setup", "params"),
-    [("env", HQQ_DEFAULT), ("preserve_extremes", dataclasses.replace(HQQ_DEFAULT, preserve_extremes=True))],
-    ids=["environment-switch", "preserve-extremes"],
-)
-def test_fallbacks_use_the_reference(
-    compiled_calls: list[str], monkeypatch: pytest.MonkeyPatch, setup: str, params: HQQParameters
+@pytest.mark.parametrize("params", [HQQ_DEFAULT, PRESERVE_EXTREMES], ids=["default", "preserve-extremes"])
+def test_environment_switch_uses_the_reference(
+    compiled_calls: list[str], monkeypatch: pytest.MonkeyPatch, params: HQQParameters
 ) -> None:
-    if setup == "env":
-        monkeypatch.setenv(fast_path.DISABLE_ENV, "1")
+    monkeypatch.setenv(fast_path.DISABLE_ENV, "1")
     grouped, axis, importance = case((32, 128), 1, 64, weighted=True)
     s, z = fast_path.solve(grouped, axis, 4, params)
     result = fast_refine.finish(grouped, s, z, axis, 4, params, importance)
