@@ -37,7 +37,12 @@ SCALE_ESTIMATION_FACTORS = (1.0, 0.95, 0.9, 0.85)
 
 #: The compression modes HQQ handles: asymmetric (float or integer zero point) and symmetric (scale only).
 ASYMMETRIC_MODES = (CompressWeightsMode.INT4_ASYM, CompressWeightsMode.INT8_ASYM)
-SYMMETRIC_MODES = (CompressWeightsMode.INT4_SYM, CompressWeightsMode.INT8_SYM)
+SYMMETRIC_MODES = (
+    CompressWeightsMode.INT4_SYM,
+    CompressWeightsMode.INT8_SYM,
+    CompressWeightsMode.INT3_SYM,
+    CompressWeightsMode.INT2_SYM,
+)
 SUPPORTED_MODES = ASYMMETRIC_MODES + SYMMETRIC_MODES
 
 

@@ -167,12 +167,17 @@ def test_tiny_and_huge_magnitudes_give_finite_results(magnitude: float) -> None:
 
 @pytest.mark.parametrize(
     ("mode", "max_ratio"),
-    [(CompressWeightsMode.INT4_SYM, 0.97), (CompressWeightsMode.INT8_SYM, 0.995)],
-    ids=["int4-g64", "int8-per-channel"],
+    [
+        (CompressWeightsMode.INT4_SYM, 0.97),
+        (CompressWeightsMode.INT8_SYM, 0.995),
+        (CompressWeightsMode.INT3_SYM, 0.97),
+        (CompressWeightsMode.INT2_SYM, 0.97),
+    ],
+    ids=["int4-g64", "int8-per-channel", "int3-g64", "int2-g64"],
 )
 def test_symmetric_hqq_beats_symmetric_rtn(mode: CompressWeightsMode, max_ratio: float) -> None:
     weight = heavy_tailed((256, 256), seed=7)
-    group_size = 64 if mode == CompressWeightsMode.INT4_SYM else -1
+    group_size = -1 if mode == CompressWeightsMode.INT8_SYM else 64
     config = WeightCompressionConfig(mode, group_size)
     grouped, axis = split_into_groups(Tensor(weight), 1, group_size)
     rtn = to_symmetric_compressed_weight(grouped, symmetric_init(grouped, axis, config.num_bits), config.num_bits)
@@ -182,11 +187,16 @@ def test_symmetric_hqq_beats_symmetric_rtn(mode: CompressWeightsMode, max_ratio:
     assert float(((decompress(ours).data - grouped.data) ** 2).sum()) < max_ratio * rtn_error
 
 
-def test_symmetric_rtn_scale_equals_nncf() -> None:
+@pytest.mark.parametrize(
+    "mode",
+    [CompressWeightsMode.INT4_SYM, CompressWeightsMode.INT3_SYM, CompressWeightsMode.INT2_SYM],
+    ids=["int4", "int3", "int2"],
+)
+def test_symmetric_rtn_scale_equals_nncf(mode: CompressWeightsMode) -> None:
     grouped, axis = split_into_groups(Tensor(heavy_tailed((32, 128), seed=8)), 1, 64)
-    config = WeightCompressionConfig(CompressWeightsMode.INT4_SYM, 64)
+    config = WeightCompressionConfig(mode, 64)
     theirs, _ = calculate_integer_quantization_params(grouped, axis, config)
-    np.testing.assert_array_equal(symmetric_init(grouped, axis, 4).data, theirs.data)
+    np.testing.assert_array_equal(symmetric_init(grouped, axis, config.num_bits).data, theirs.data)
 
 
 @settings(max_examples=60, deadline=None)

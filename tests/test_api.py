@@ -101,9 +101,18 @@ def test_hqq_output_error_not_above_rtn(reference_output: np.ndarray) -> None:
     assert relative_error(run(hqq, ids), reference_output) <= relative_error(run(rtn, ids), reference_output)
 
 
-@pytest.mark.parametrize("mode", [CompressWeightsMode.INT4_SYM, CompressWeightsMode.INT8_SYM], ids=["int4", "int8"])
+@pytest.mark.parametrize(
+    "mode",
+    [
+        CompressWeightsMode.INT4_SYM,
+        CompressWeightsMode.INT8_SYM,
+        CompressWeightsMode.INT3_SYM,
+        CompressWeightsMode.INT2_SYM,
+    ],
+    ids=["int4", "int8", "int3", "int2"],
+)
 def test_symmetric_hqq_runs_without_zero_points(mode: CompressWeightsMode, reference_output: np.ndarray) -> None:
-    group_size = 32 if mode == CompressWeightsMode.INT4_SYM else None
+    group_size = None if mode == CompressWeightsMode.INT8_SYM else 32
     rtn = nncf.compress_weights(transformer_like(), mode=mode, group_size=group_size)
     hqq = nncf.compress_weights(transformer_like(), mode=mode, group_size=group_size, hqq=True)
     assert set(zero_point_types(hqq)) == set(zero_point_types(rtn))  # only NNCF's int8 backup layers have one
@@ -204,7 +213,6 @@ def weight_with_nan() -> ov.Model:
 
 
 ERROR_CASES = [
-    pytest.param({"mode": CompressWeightsMode.INT3_SYM}, nncf.ValidationError, "INT4_ASYM, INT8_ASYM", id="int3-sym"),
     pytest.param({"mode": CompressWeightsMode.NF4}, nncf.ValidationError, "got mode=NF4", id="nf4"),
     pytest.param({"mode": CompressWeightsMode.CB4}, nncf.ValidationError, "got mode=CB4", id="codebook"),
     pytest.param({"mode": CompressWeightsMode.MXFP4}, nncf.ValidationError, "MXFP4", id="mxfp4"),
@@ -308,3 +316,30 @@ def test_progress_bar_names_the_hqq_stage(monkeypatch: pytest.MonkeyPatch) -> No
     import nncf.quantization.algorithms.weight_compression.algorithm as wc_algorithm
 
     assert wc_algorithm.track is original  # restored after the call
+
+
+@pytest.mark.parametrize(
+    ("mode", "code_type"),
+    [(CompressWeightsMode.INT3_SYM, ov.Type.u3), (CompressWeightsMode.INT2_SYM, ov.Type.u2)],
+    ids=["int3", "int2"],
+)
+def test_low_bit_symmetric_hqq_is_stored_like_nncf_and_survives_save_load(
+    mode: CompressWeightsMode, code_type: ov.Type, reference_output: np.ndarray, tmp_path: Path
+) -> None:
+    """NNCF writes INT3_SYM/INT2_SYM codes as u3/u2 with a constant offset; HQQ's codes take the same path, differ
+    from RTN's, and the saved model reloads and runs to the same outputs."""
+    rtn = nncf.compress_weights(transformer_like(), mode=mode, group_size=32)
+    hqq = nncf.compress_weights(transformer_like(), mode=mode, group_size=32, hqq=True)
+
+    def codes(model: ov.Model) -> dict[str, np.ndarray]:
+        return {
+            op.get_friendly_name(): op.get_data().copy()
+            for op in model.get_ops()
+            if op.get_type_name() == "Constant" and op.get_element_type() == code_type
+        }
+
+    assert codes(hqq).keys() == codes(rtn).keys() and codes(hqq)
+    assert any(not np.array_equal(codes(hqq)[k], codes(rtn)[k]) for k in codes(rtn))
+    ov.save_model(hqq, tmp_path / "model.xml", compress_to_fp16=False)
+    ids = input_ids()
+    np.testing.assert_array_equal(run(ov.Core().read_model(tmp_path / "model.xml"), ids), run(hqq, ids))
