@@ -39,7 +39,8 @@ from nncf_hqq.models import shared_path
 from nncf_hqq.models import smollm2_ov_dir
 
 WIKITEXT = "data/wikitext-2-raw/wiki.test.raw"
-BASE = dataclasses.replace(HQQ_DEFAULT)
+#: The published solver, returning its best iterate: the variants below add to it.
+BASE = HQQParameters()
 
 #: Rows of the table: None is NNCF's RTN, otherwise the HQQ parameters of the row.
 ROWS: dict[str, HQQParameters | None] = {
@@ -82,6 +83,9 @@ ROWS: dict[str, HQQParameters | None] = {
         BASE, refine_rounds=10, importance="norm_gain", rtn_guard=True, rtn_roles=("value",)
     ),
     "default_rtn_qkv": dataclasses.replace(HQQ_DEFAULT, rtn_roles=("query", "key", "value")),
+    "default_pe": dataclasses.replace(HQQ_DEFAULT, preserve_extremes=True),
+    "default_pe_hqq_v": dataclasses.replace(HQQ_DEFAULT, preserve_extremes=True, rtn_roles=()),
+    "default_pe_no_norm_gain": dataclasses.replace(HQQ_DEFAULT, preserve_extremes=True, importance="none"),
     "default": HQQ_DEFAULT,
 }
 
