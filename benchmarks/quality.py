@@ -86,8 +86,14 @@ ROWS: dict[str, HQQParameters | None] = {
     "default_pe": dataclasses.replace(HQQ_DEFAULT, preserve_extremes=True),
     "default_pe_hqq_v": dataclasses.replace(HQQ_DEFAULT, preserve_extremes=True, rtn_roles=()),
     "default_pe_no_norm_gain": dataclasses.replace(HQQ_DEFAULT, preserve_extremes=True, importance="none"),
+    "default_int": dataclasses.replace(HQQ_DEFAULT, zero_point_format="integer"),
+    "awq_df": None,
+    "awq_df_hqq": HQQ_DEFAULT,
     "default": HQQ_DEFAULT,
 }
+
+#: Extra ``compress_weights`` options of some rows (data-free AWQ: ``awq=True`` without a dataset).
+ROW_OPTIONS: dict[str, dict[str, Any]] = {"awq_df": {"awq": True}, "awq_df_hqq": {"awq": True}}
 
 MODELS: dict[str, tuple[Callable[[], Path], int]] = {
     "smollm2": (smollm2_ov_dir, 64),
@@ -96,7 +102,9 @@ MODELS: dict[str, tuple[Callable[[], Path], int]] = {
 }
 
 
-def compress(ir_dir: Path, group_size: int, params: HQQParameters | None) -> tuple[ov.Model, float]:
+def compress(
+    ir_dir: Path, group_size: int, params: HQQParameters | None, options: dict[str, Any] | None = None
+) -> tuple[ov.Model, float]:
     model = ov.Core().read_model(ir_xml(ir_dir))
     start = time.perf_counter()
     model = nncf.compress_weights(
@@ -107,6 +115,7 @@ def compress(ir_dir: Path, group_size: int, params: HQQParameters | None) -> tup
         backup_mode=nncf.BackupMode.NONE,
         hqq=params is not None,
         hqq_params=params,
+        **(options or {}),
     )
     return model, time.perf_counter() - start
 
@@ -147,7 +156,7 @@ def main() -> None:
         parser.error(f"unknown rows {unknown}")
     models, times = {}, {}
     for row in rows:
-        models[row], times[row] = compress(ir_dir, group_size, ROWS[row])
+        models[row], times[row] = compress(ir_dir, group_size, ROWS[row], ROW_OPTIONS.get(row))
     results = evaluate(args.model, ir_dir, models, windows)
     print_table(results, times)
     out = args.out or Path(f"results/quality_{args.model}_g{group_size}.json")
@@ -156,7 +165,11 @@ def main() -> None:
         "model": args.model,
         "group_size": group_size,
         "windows": windows,
-        "rows": {r: dataclasses.asdict(p) if p else "nncf_rtn" for r, p in ROWS.items() if r in rows},
+        "rows": {
+            r: {"hqq_params": dataclasses.asdict(p) if p else None, **ROW_OPTIONS.get(r, {})}
+            for r, p in ROWS.items()
+            if r in rows
+        },
         "results": results,
         "compress_seconds": times,
         "versions": {"nncf": nncf.__version__, "openvino": ov.get_version(), "nncf_hqq": nncf_hqq.__version__},

@@ -153,11 +153,13 @@ def _coerce_roles(params: HQQParameters) -> None:
 #: The solver exactly as published in the reference `hqq` library (legacy proximal solver, float zero point).
 HQQ_REFERENCE = HQQParameters(return_best=False)
 
-#: What ``hqq=True`` does, chosen by model-quality measurements (docs/quality.md): the published solver (returning
-#: its best iterate), 5 rounds of least-squares refinement, objectives weighted by the norm-gain input energy, the
-#: per-group RTN guard, and NNCF's RTN for attention value projections.
+#: What ``hqq=True`` does, chosen by model-quality measurements on three real models (docs/quality.md): the
+#: published solver (returning its best iterate), 5 rounds of least-squares refinement that never clip a group's
+#: minimum or maximum weight, objectives weighted by the norm-gain input energy, the per-group RTN guard, and
+#: NNCF's RTN for attention value projections.
 HQQ_DEFAULT = HQQParameters(
     refine_rounds=5,
+    preserve_extremes=True,
     importance=Importance.NORM_GAIN,
     rtn_guard=True,
     rtn_roles=(AttentionRole.VALUE,),

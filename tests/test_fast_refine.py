@@ -2,7 +2,8 @@
 
 Tolerance (``assert_matches_reference``): at least 99.9% of the groups get bit-identical stored scales and zero
 points (at least all but one group on small weights); the (weighted) squared reconstruction error of the whole
-weight is within 1e-5 relative of the reference's; no group's error exceeds its RTN error by more than 1e-5
+weight is within 1e-4 relative of the reference's (one group of 256 following another, equally valid iterate
+moves it by ~6e-5); no group's error exceeds its RTN error by more than 1e-5
 relative (the guard's promise). Why not exact: OpenVINO sums a group's products in another order than numpy, so
 the refinement's error comparisons can flip between two iterates whose errors agree to ~1e-7; that group then
 keeps an equally good iterate (measured on a 4096x4096 heavy-tailed weight: 0.03% of the groups differ, whole
@@ -66,7 +67,7 @@ def assert_matches_reference(
     assert same.sum() >= min(same.size - 1, 0.999 * same.size)
     ref_error = stored_group_error(grouped, reference, axis, importance).data
     got_error = stored_group_error(grouped, compiled, axis, importance).data
-    assert got_error.sum() == pytest.approx(ref_error.sum(), rel=1e-5)
+    assert got_error.sum() == pytest.approx(ref_error.sum(), rel=1e-4)
     if params.rtn_guard:
         rtn = to_compressed_weight(grouped, *rtn_scale_zero_point(grouped, axis, bits), bits, True)
         rtn_error = stored_group_error(grouped, rtn, axis, importance).data
