@@ -27,6 +27,7 @@ import nncf_hqq
 from nncf_hqq import HQQ_DEFAULT
 from nncf_hqq import HQQ_REFERENCE
 from nncf_hqq import HQQParameters
+from nncf_hqq import LowBitMode
 from nncf_hqq.evaluation import embedding_cosine
 from nncf_hqq.evaluation import evaluate_llms
 from nncf_hqq.evaluation import load_tokenizer
@@ -92,8 +93,20 @@ ROWS: dict[str, HQQParameters | None] = {
     "default": HQQ_DEFAULT,
 }
 
-#: Extra ``compress_weights`` options of some rows (data-free AWQ: ``awq=True`` without a dataset).
-ROW_OPTIONS: dict[str, dict[str, Any]] = {"awq_df": {"awq": True}, "awq_df_hqq": {"awq": True}}
+#: Other modes: NNCF's symmetric ones (RTN and HQQ) and HQQ's asymmetric low-bit modes.
+for _bits in (4, 3, 2):
+    ROWS[f"int{_bits}_sym_rtn"] = None
+    ROWS[f"int{_bits}_sym_hqq"] = HQQ_DEFAULT
+for _bits in (3, 2):
+    ROWS[f"int{_bits}_asym_hqq"] = HQQ_DEFAULT
+
+#: Extra ``compress_weights`` options of some rows (data-free AWQ: ``awq=True`` without a dataset; other modes).
+ROW_OPTIONS: dict[str, dict[str, Any]] = {
+    "awq_df": {"awq": True},
+    "awq_df_hqq": {"awq": True},
+    **{f"int{b}_sym_{m}": {"mode": nncf.CompressWeightsMode(f"int{b}_sym")} for b in (4, 3, 2) for m in ("rtn", "hqq")},
+    **{f"int{b}_asym_hqq": {"mode": LowBitMode(f"int{b}_asym")} for b in (3, 2)},
+}
 
 MODELS: dict[str, tuple[Callable[[], Path], int]] = {
     "smollm2": (smollm2_ov_dir, 64),
@@ -106,16 +119,18 @@ def compress(
     ir_dir: Path, group_size: int, params: HQQParameters | None, options: dict[str, Any] | None = None
 ) -> tuple[ov.Model, float]:
     model = ov.Core().read_model(ir_xml(ir_dir))
+    options = dict(options or {})
+    mode = options.pop("mode", nncf.CompressWeightsMode.INT4_ASYM)
     start = time.perf_counter()
     model = nncf.compress_weights(
         model,
-        mode=nncf.CompressWeightsMode.INT4_ASYM,
+        mode=mode,
         group_size=group_size,
         ratio=1.0,
         backup_mode=nncf.BackupMode.NONE,
         hqq=params is not None,
         hqq_params=params,
-        **(options or {}),
+        **options,
     )
     return model, time.perf_counter() - start
 
@@ -166,7 +181,10 @@ def main() -> None:
         "group_size": group_size,
         "windows": windows,
         "rows": {
-            r: {"hqq_params": dataclasses.asdict(p) if p else None, **ROW_OPTIONS.get(r, {})}
+            r: {
+                "hqq_params": dataclasses.asdict(p) if p else None,
+                **{k: str(v) for k, v in ROW_OPTIONS.get(r, {}).items()},
+            }
             for r, p in ROWS.items()
             if r in rows
         },

@@ -4,6 +4,8 @@ Importing this package teaches ``nncf.compress_weights`` the ``hqq=`` and ``hqq_
 
     import nncf, nncf_hqq
     model = nncf.compress_weights(ov_model, mode=nncf.CompressWeightsMode.INT4_ASYM, group_size=64, hqq=True)
+
+and, with ``hqq=True``, the asymmetric low-bit modes ``nncf_hqq.LowBitMode.INT2_ASYM`` / ``INT3_ASYM``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from nncf_hqq.parameters import HQQ_REFERENCE
 from nncf_hqq.parameters import AttentionRole
 from nncf_hqq.parameters import EarlyStopScope
 from nncf_hqq.parameters import HQQParameters
+from nncf_hqq.parameters import LowBitMode
 from nncf_hqq.parameters import ZeroPointFormat
 
 __version__ = "0.1.0"
@@ -29,6 +32,7 @@ __all__ = [
     "AttentionRole",
     "EarlyStopScope",
     "HQQParameters",
+    "LowBitMode",
     "ZeroPointFormat",
     "compress_weights",
 ]

@@ -108,7 +108,7 @@ class HQQOVBackend(OVWeightCompressionAlgoBackend):
         if compressed is None and self.hqq.is_applicable(compression_config):
             axis = single_reduction_axis(reduction_axes, const_node_name)
             importance, role = layer_context(self.hqq, self.name_to_node_mapping[const_node_name], weight.shape[axis])
-            if not self.hqq.keeps_rtn(role):  # else NNCF's own RTN, bit for bit
+            if self.hqq.writes_all_layers or not self.hqq.keeps_rtn(role):  # else NNCF's own RTN, bit for bit
                 compressed = self.hqq.compress(weight, axis, compression_config, importance, role)
         if compressed is None or not is_float_zero_point(compressed):
             return super()._create_compression_subgraph(
@@ -122,8 +122,9 @@ class HQQOVBackend(OVWeightCompressionAlgoBackend):
                 compressed,
             )
         output_type = const_dtype if should_add_convert_node else None
+        bits = self.hqq.bits(compression_config)
         node = float_zero_point_decompression(
-            compressed, compression_config.num_bits, tuple(weight.shape), const_node_name, weight_port_id, output_type
+            compressed, bits, tuple(weight.shape), const_node_name, weight_port_id, output_type
         )
         return node, compressed
 

@@ -93,18 +93,39 @@ def group_layout_moves(group_size: int, axis: int) -> tuple[Callable[[Tensor], T
 class HQQ:
     """Computes HQQ's compressed weights for the layers of a weight-compression pipeline."""
 
-    def __init__(self, params: HQQParameters, mode: CompressWeightsMode = CompressWeightsMode.INT4_ASYM) -> None:
+    def __init__(
+        self,
+        params: HQQParameters,
+        mode: CompressWeightsMode = CompressWeightsMode.INT4_ASYM,
+        num_bits: int | None = None,
+    ) -> None:
         """
         :param params: HQQ's hyper-parameters.
         :param mode: the primary compression mode; HQQ decides the layers compressed in it. Layers in the backup
             precision (e.g. INT8_ASYM embeddings and lm_head under INT4_ASYM) keep NNCF's round-to-nearest, so
             the largest layers keep OpenVINO's fastest integer-zero-point kernels.
+        :param num_bits: bits of the codes HQQ writes instead of the mode's (a ``LowBitMode`` below INT4_ASYM);
+            every layer of the primary precision then gets HQQ's parameters with an f16 zero point.
         """
         if mode not in SUPPORTED_MODES:
             msg = f"HQQ supports the modes {', '.join(m.name for m in SUPPORTED_MODES)}; got {mode}."
             raise ValueError(msg)
+        if num_bits is not None and (mode != CompressWeightsMode.INT4_ASYM or not 1 <= num_bits < 4):
+            msg = f"num_bits={num_bits} needs mode INT4_ASYM and 1 <= num_bits < 4; got {mode}."
+            raise ValueError(msg)
         self.params = params
         self.mode = mode
+        self.num_bits = num_bits
+
+    def bits(self, config: WeightCompressionConfig) -> int:
+        """Bits of the codes HQQ writes for a weight compressed with ``config``."""
+        return self.num_bits if self.num_bits is not None and self.is_applicable(config) else config.num_bits
+
+    @property
+    def writes_all_layers(self) -> bool:
+        """Whether HQQ writes every applicable layer itself, also those that keep round-to-nearest parameters
+        (low-bit codes: NNCF's own writer would store them with the mode's bits)."""
+        return self.num_bits is not None
 
     def is_applicable(self, config: WeightCompressionConfig | None) -> bool:
         """Whether HQQ decides the quantization parameters of a weight compressed with ``config``."""
@@ -137,7 +158,7 @@ class HQQ:
         :param importance: optional per-input-channel weights (length ``weight.shape[reduction_axis]``).
         :param role: the weight's attention role; roles in ``params.rtn_roles`` get NNCF's round-to-nearest.
         """
-        params, bits = self.params, config.num_bits
+        params, bits = self.params, self.bits(config)
         grouped, axis = split_into_groups(as_float32_numpy(weight), reduction_axis, config.group_size)
         weights = None
         if importance is not None:
@@ -145,7 +166,10 @@ class HQQ:
         if config.mode in SYMMETRIC_MODES:
             return self.compress_symmetric(grouped, axis, bits, weights, role)
         if self.keeps_rtn(role):
-            return to_compressed_weight(grouped, *rtn_scale_zero_point(grouped, axis, bits), bits, True)
+            rtn = to_compressed_weight(grouped, *rtn_scale_zero_point(grouped, axis, bits), bits, True)
+            if not self.writes_all_layers:
+                return rtn
+            return CompressedWeight(rtn.tensor, rtn.scale, rtn.zero_point.astype(TensorDataType.float32))
         if weights is None or not params.weighted_proximal:
             inverse_scale, zero = fast_path.solve(grouped, axis, bits, params)
         else:
@@ -204,13 +228,13 @@ class HQQ:
             inverse_scale,
             zero,
             grouped_inputs,
-            config.num_bits,
+            self.bits(config),
             self.params.scale_estimation_rounds,
             SCALE_ESTIMATION_FACTORS,
         )
         grouped, _ = split_into_groups(weight, axis, config.group_size)
         scale = from_canonical(1.0 / inverse_scale)
-        return to_compressed_weight(grouped, scale, from_canonical(zero), config.num_bits, integer_zero_point)
+        return to_compressed_weight(grouped, scale, from_canonical(zero), self.bits(config), integer_zero_point)
 
     def apply(
         self,

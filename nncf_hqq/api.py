@@ -23,6 +23,8 @@ from nncf_hqq.algorithm import HQQ
 from nncf_hqq.algorithm import SUPPORTED_MODES
 from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import HQQParameters
+from nncf_hqq.parameters import LowBitMode
+from nncf_hqq.parameters import ZeroPointFormat
 
 TModel = TypeVar("TModel")
 
@@ -37,7 +39,7 @@ class AdvancedCompressionParameters(NNCFAdvancedCompressionParameters):
 def compress_weights(
     model: TModel,
     *,
-    mode: CompressWeightsMode = CompressWeightsMode.INT8_ASYM,
+    mode: CompressWeightsMode | LowBitMode = CompressWeightsMode.INT8_ASYM,
     ratio: float | None = None,
     group_size: int | None = None,
     ignored_scope: IgnoredScope | None = None,
@@ -58,9 +60,9 @@ def compress_weights(
     """``nncf.compress_weights`` with Half-Quadratic Quantization.
 
     All NNCF parameters mean what they mean in ``nncf.compress_weights``; with ``hqq`` falsy the call is
-    NNCF's own, unchanged. With ``hqq=True`` (OpenVINO models, modes INT4_ASYM and INT8_ASYM) HQQ decides
-    the scales and zero points of the layers compressed in ``mode``; layers in the backup precision keep
-    NNCF's round-to-nearest.
+    NNCF's own, unchanged. With ``hqq=True`` (OpenVINO models; modes INT4_ASYM, INT8_ASYM, INT4_SYM, INT8_SYM,
+    INT3_SYM, INT2_SYM, and ``nncf_hqq.LowBitMode.INT3_ASYM`` / ``INT2_ASYM``) HQQ decides the scales and zero
+    points of the layers compressed in ``mode``; layers in the backup precision keep NNCF's round-to-nearest.
 
     :param hqq: whether to use HQQ.
     :param hqq_params: HQQ's hyper-parameters (``HQQParameters`` or a dict of its fields). They can also be
@@ -84,15 +86,53 @@ def compress_weights(
         "compression_format": compression_format,
         "advanced_parameters": advanced_parameters,
     }
+    low_bit = low_bit_mode(mode)
     if not hqq:
         if hqq_params is not None:
             msg = "hqq_params was given but hqq is not enabled; pass hqq=True to use HQQ."
             raise nncf.ValidationError(msg)
+        if low_bit is not None:
+            msg = f"mode={low_bit.name} is written by HQQ only (NNCF has no such mode); pass hqq=True."
+            raise nncf.ValidationError(msg)
         return original_compress_weights(model, **nncf_arguments)
     params = resolve_hqq_parameters(hqq_params, advanced_parameters)
+    if low_bit is not None:
+        validate_low_bit_request(low_bit, params, nncf_arguments)
+        nncf_arguments["mode"] = mode = CompressWeightsMode.INT4_ASYM
     validate_hqq_request(model, mode, gptq, compression_format)
-    with weight_compression_with_hqq(HQQ(params, mode)):
+    hqq_algorithm = HQQ(params, mode, low_bit.num_bits if low_bit is not None else None)
+    with weight_compression_with_hqq(hqq_algorithm):
         return original_compress_weights(model, **nncf_arguments)
+
+
+def low_bit_mode(mode: object) -> LowBitMode | None:
+    """The ``LowBitMode`` that ``mode`` names (the enum or its value, e.g. ``"int2_asym"``), else None."""
+    if isinstance(mode, LowBitMode):
+        return mode
+    if isinstance(mode, str) and not isinstance(mode, CompressWeightsMode):
+        try:
+            return LowBitMode(mode.lower())
+        except ValueError:
+            return None
+    return None
+
+
+def validate_low_bit_request(low_bit: LowBitMode, params: HQQParameters, nncf_arguments: dict[str, Any]) -> None:
+    """What a ``LowBitMode`` cannot be combined with: NNCF's data-aware steps work on the 4-bit grid of the
+    INT4_ASYM plan, and OpenVINO CPU fails on integer u2 zero points."""
+    data_aware = [name for name in ("awq", "scale_estimation", "gptq", "lora_correction") if nncf_arguments[name]]
+    if data_aware:
+        msg = (
+            f"mode={low_bit.name} cannot be combined with {', '.join(data_aware)}: NNCF's data-aware steps would "
+            "optimise a 4-bit grid. Use INT4_ASYM with them, or the low-bit mode data-free."
+        )
+        raise nncf.ValidationError(msg)
+    if params.zero_point_format != ZeroPointFormat.FLOAT:
+        msg = (
+            f"mode={low_bit.name} needs float zero points (HQQParameters.zero_point_format='float'); integer "
+            f"u{low_bit.num_bits} zero points fail at inference on OpenVINO CPU (docs/openvino_u2_reproducer.py)."
+        )
+        raise nncf.ValidationError(msg)
 
 
 def resolve_hqq_parameters(

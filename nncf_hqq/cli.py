@@ -200,6 +200,15 @@ def check_compress_arguments(args: argparse.Namespace) -> None:
         raise UsageError(f"OUT {args.out} exists and is not a directory")
     if args.zero_point is not None and not args.mode.endswith("_asym"):
         raise UsageError(f"--zero-point applies to asymmetric modes; {args.mode} has no zero point")
+    if args.mode in workflows.LOW_BIT_MODES:
+        low_bit_conflicts = {
+            "--no-hqq": args.no_hqq,
+            "--awq": args.awq,
+            "--scale-estimation": args.scale_estimation,
+            "--zero-point int": args.zero_point == "int",
+        }
+        if given := [flag for flag, used in low_bit_conflicts.items() if used]:
+            raise UsageError(f"{args.mode} is HQQ-only, data-free and float-zero-point; drop {', '.join(given)}")
     if args.mode in workflows.INT8_MODES:
         per_channel_only = {
             "--group-size": args.group_size not in (None, -1),

@@ -53,6 +53,24 @@ class AttentionRole(str, Enum):
     VALUE = "value"
 
 
+class LowBitMode(str, Enum):
+    """Asymmetric modes below 4 bits, which NNCF has no ``CompressWeightsMode`` for. Pass one as ``mode`` with
+    ``hqq=True``: NNCF plans the compression as INT4_ASYM (groups, ratio, backup layers, ignored scope) and HQQ
+    writes every layer of the primary precision with ``num_bits`` codes (u2/u3) and f16 scales and zero points.
+
+    On OpenVINO 2026.4 CPU (docs/inference.md): u2 codes with an f16 zero point run compressed; u3 codes run but
+    are decompressed to f32 at compile time (no memory saving on CPU); integer u2 zero points fail at inference,
+    so these modes take float zero points only.
+    """
+
+    INT3_ASYM = "int3_asym"
+    INT2_ASYM = "int2_asym"
+
+    @property
+    def num_bits(self) -> int:
+        return 3 if self is LowBitMode.INT3_ASYM else 2
+
+
 @dataclass(frozen=True)
 class HQQParameters:
     """Hyper-parameters of Half-Quadratic Quantization (Badri & Shaji, 2023).

@@ -33,11 +33,17 @@ from nncf_hqq import models
 from nncf_hqq.algorithm import SUPPORTED_MODES
 from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import HQQParameters
+from nncf_hqq.parameters import LowBitMode
 from nncf_hqq.parameters import ZeroPointFormat
 
-#: The ``--mode`` choices: the modes HQQ handles (``nncf_hqq.algorithm.SUPPORTED_MODES``), by NNCF's names.
-MODES: dict[str, CompressWeightsMode] = {mode.value: mode for mode in SUPPORTED_MODES}
+#: The ``--mode`` choices: the modes HQQ handles (``nncf_hqq.algorithm.SUPPORTED_MODES``) by NNCF's names, and the
+#: asymmetric low-bit modes only HQQ writes (``nncf_hqq.LowBitMode``).
+MODES: dict[str, CompressWeightsMode | LowBitMode] = {
+    **{mode.value: mode for mode in SUPPORTED_MODES},
+    **{mode.value: mode for mode in LowBitMode},
+}
 INT8_MODES = ("int8_asym", "int8_sym")
+LOW_BIT_MODES = tuple(mode.value for mode in LowBitMode)
 BACKUP_MODES: dict[str, BackupMode] = {
     "int8_asym": BackupMode.INT8_ASYM,
     "int8_sym": BackupMode.INT8_SYM,

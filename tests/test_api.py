@@ -14,6 +14,7 @@ from nncf import CompressWeightsMode
 import nncf_hqq
 from nncf_hqq import _nncf_glue
 from nncf_hqq.parameters import HQQ_DEFAULT
+from nncf_hqq.parameters import LowBitMode
 from tests.ov_models import input_ids
 from tests.ov_models import run
 from tests.ov_models import transformer_like
@@ -223,7 +224,27 @@ ERROR_CASES = [
     pytest.param(
         {"mode": INT4, "group_size": 48}, nncf.InvalidGroupSizeError, r"group size value 48", id="bad-group-size"
     ),
+    pytest.param(
+        {"mode": LowBitMode.INT2_ASYM, "group_size": 32, "awq": True},
+        nncf.ValidationError,
+        r"INT2_ASYM cannot be combined with awq",
+        id="int2-asym-awq",
+    ),
+    pytest.param(
+        {"mode": LowBitMode.INT3_ASYM, "hqq_params": {"zero_point_format": "integer"}},
+        nncf.ValidationError,
+        r"INT3_ASYM needs float zero points",
+        id="int3-asym-integer-zp",
+    ),
 ]
+
+
+def test_low_bit_mode_without_hqq_is_refused(tmp_path: Path) -> None:
+    model = transformer_like()
+    before = serialized(model, tmp_path, "before")
+    with pytest.raises(nncf.ValidationError, match=r"INT2_ASYM is written by HQQ only.*hqq=True"):
+        nncf.compress_weights(model, mode=LowBitMode.INT2_ASYM, group_size=32)
+    assert serialized(model, tmp_path, "after") == before
 
 
 @pytest.mark.parametrize(("kwargs", "error", "message"), ERROR_CASES)
@@ -343,3 +364,46 @@ def test_low_bit_symmetric_hqq_is_stored_like_nncf_and_survives_save_load(
     ov.save_model(hqq, tmp_path / "model.xml", compress_to_fp16=False)
     ids = input_ids()
     np.testing.assert_array_equal(run(ov.Core().read_model(tmp_path / "model.xml"), ids), run(hqq, ids))
+
+
+def constant_types(model: ov.Model) -> dict[str, ov.Type]:
+    return {op.get_friendly_name(): op.get_element_type() for op in model.get_ops() if op.get_type_name() == "Constant"}
+
+
+@pytest.mark.parametrize(
+    ("mode", "code_type", "symmetric"),
+    [
+        (LowBitMode.INT2_ASYM, ov.Type.u2, CompressWeightsMode.INT2_SYM),
+        ("int3_asym", ov.Type.u3, CompressWeightsMode.INT3_SYM),
+    ],
+    ids=["int2-asym", "int3-asym-by-name"],
+)
+def test_low_bit_asymmetric_modes(
+    mode: LowBitMode | str,
+    code_type: ov.Type,
+    symmetric: CompressWeightsMode,
+    reference_output: np.ndarray,
+    tmp_path: Path,
+) -> None:
+    """Every primary-precision layer (the RTN-role value projections too) gets low-bit codes with f16 zero points;
+    the backup layers keep NNCF's u8; the model runs with OpenVINO's default CPU settings, reloads identically,
+    and is closer to the float model than the symmetric mode of the same width."""
+    model = nncf.compress_weights(transformer_like(), mode=mode, group_size=32, hqq=True)
+    types = constant_types(model)
+    zero_points = zero_point_types(model)
+    primary = {"q_proj", "k_proj", "v_proj", "up_proj", "down_proj", "moe_experts"} & set(zero_points)
+    assert primary and {types[name] for name in primary} == {code_type}
+    assert {zero_points[name] for name in primary} == {ov.Type.f16}
+    assert ov.Type.u4 not in set(types.values())
+    ids = input_ids()
+    ov.Core().compile_model(model, "CPU")(ids)  # default precision and dynamic quantization
+    ov.save_model(model, tmp_path / "model.xml", compress_to_fp16=False)
+    np.testing.assert_array_equal(run(ov.Core().read_model(tmp_path / "model.xml"), ids), run(model, ids))
+    sym = nncf.compress_weights(transformer_like(), mode=symmetric, group_size=32, hqq=True)
+    assert relative_error(run(model, ids), reference_output) < relative_error(run(sym, ids), reference_output)
+
+
+def test_low_bit_asymmetric_mode_with_mixed_precision() -> None:
+    model = nncf.compress_weights(transformer_like(), mode=LowBitMode.INT2_ASYM, group_size=32, ratio=0.8, hqq=True)
+    used = set(constant_types(model).values())
+    assert ov.Type.u2 in used and ov.Type.u8 in used and ov.Type.u4 not in used

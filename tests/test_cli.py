@@ -87,6 +87,8 @@ def compressed_dir(tiny_llm: tuple[Path, Any], tmp_path_factory: pytest.TempPath
         (["compress", "m", "out", "--zero-point", "int", "--no-hqq"], "cannot be combined with --no-hqq"),
         (["compress", "m", "out", "--zero-point", "half"], "invalid choice: 'half'"),
         (["compress", "m", "out", "--mode", "int8_asym", "--group-size", "64"], "drop --group-size"),
+        (["compress", "m", "out", "--mode", "int2_asym", "--no-hqq"], "float-zero-point; drop --no-hqq"),
+        (["compress", "m", "out", "--mode", "int3_asym", "--zero-point", "int"], "drop --zero-point int"),
         (["compress", "m", "out", "--awq", "--dataset", "missing.txt"], "--dataset missing.txt is not a file"),
         (["compress", "m"], "the following arguments are required: OUT"),
         (["evaluate", "--reference", "ref"], "the following arguments are required: MODEL"),
