@@ -9,6 +9,7 @@ same configuration, measured in the same run.
     python benchmarks/compression_speed.py                  # full run (~30 min on 2 busy cores)
     python benchmarks/compression_speed.py --quick          # smoke run (~1 min)
     python benchmarks/compression_speed.py --layers 4 --out results/speed_4_layers.json
+    python benchmarks/compression_speed.py --methods rtn,hqq,hqq_proximal --no-hqq-lib   # without the slow rows
 """
 
 from __future__ import annotations
@@ -397,6 +398,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3, help="child processes per fast single-weight case (best kept)")
     parser.add_argument("--no-hqq-lib", action="store_true", help="skip the hqq library rows")
     parser.add_argument("--only", help="run only the cases whose group or label contains this text")
+    parser.add_argument("--methods", help=f"comma-separated methods to run (of {', '.join([*METHODS, 'hqq_lib'])})")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
@@ -413,6 +415,9 @@ def main(argv: list[str] | None = None) -> None:
     if find_smollm_ir() is None:
         notes.append(f"no SmolLM2-135M openvino_model.xml under {CACHE_DIR}: its rows are skipped")
     cases = [c for c in build_cases(args) if not args.only or args.only in f"{c['group']} {c['label']}"]
+    if args.methods:
+        keep = {m.strip() for m in args.methods.split(",")}
+        cases = [c for c in cases if c["method"] in keep]
     results = []
     for group in dict.fromkeys(case["group"] for case in cases):
         results += run_group([case for case in cases if case["group"] == group])
