@@ -32,6 +32,8 @@ from nncf import CompressWeightsMode
 from nncf.tensor import Tensor
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _sequential import evaluate_against
+from _sequential import reference_log_probs
 from quality import MODELS
 from quality import ROW_OPTIONS
 from quality import ROWS
@@ -42,10 +44,7 @@ from nncf_hqq._nncf_glue import layer_context
 from nncf_hqq.algorithm import HQQ
 from nncf_hqq.conversion import decompress
 from nncf_hqq.conversion import to_compressed_weight
-from nncf_hqq.evaluation import StatefulLLM
 from nncf_hqq.evaluation import load_tokenizer
-from nncf_hqq.evaluation import log_softmax64
-from nncf_hqq.evaluation import nll_sum
 from nncf_hqq.evaluation import wikitext_windows
 from nncf_hqq.models import cache_dir
 from nncf_hqq.models import ir_xml
@@ -112,36 +111,6 @@ def hybrid(ir_dir: Path, root: Path, row: str) -> ov.Model:
     return model
 
 
-def reference_log_probs(ir_dir: Path, root: Path, windows: list[np.ndarray]) -> np.ndarray:
-    """The FP model's log-probs ``[windows, T, V]`` (f32, memory-mapped file, computed once)."""
-    path = root / f"fp_logp_{len(windows)}.npy"
-    if not path.exists():
-        llm = StatefulLLM(ir_dir)
-        shape = (len(windows), len(windows[0]), int(llm.compiled.output("logits").get_partial_shape()[-1].get_length()))
-        out = np.lib.format.open_memmap(path.with_suffix(".tmp.npy"), mode="w+", dtype=np.float32, shape=shape)
-        for i, ids in enumerate(windows):
-            out[i] = log_softmax64(llm.logits(ids))
-        out.flush()
-        del out
-        path.with_suffix(".tmp.npy").rename(path)
-    return np.load(path, mmap_mode="r")
-
-
-def evaluate(model: ov.Model, windows: list[np.ndarray], reference: np.ndarray) -> dict[str, float]:
-    llm = StatefulLLM(model)
-    kl = nll = 0.0
-    top1 = positions = predicted = 0
-    for ids, ref in zip(windows, reference, strict=True):
-        logp = log_softmax64(llm.logits(ids))
-        ref64 = np.asarray(ref, dtype=np.float64)
-        kl += float((np.exp(ref64) * (ref64 - logp)).sum())
-        top1 += int((logp.argmax(-1) == ref64.argmax(-1)).sum())
-        nll += nll_sum(logp, ids)
-        positions += len(ids)
-        predicted += len(ids) - 1
-    return {"ppl": float(np.exp(nll / predicted)), "kl": kl / positions, "top1": top1 / positions}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=["smollm2", "qwen"], default="qwen")
@@ -167,7 +136,7 @@ def main() -> None:
     for row in rows:
         start = time.perf_counter()
         results[row] = {
-            **evaluate(hybrid(ir_dir, root, row), windows, reference),
+            **evaluate_against(hybrid(ir_dir, root, row), windows, reference),
             "seconds": time.perf_counter() - start,
         }
         print(f"{row:<40}" + "".join(f"{results[row][k]:>10.4f}" for k in ("ppl", "kl", "top1")), flush=True)

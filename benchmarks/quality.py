@@ -2,7 +2,7 @@
 
     python benchmarks/quality.py --model smollm2                      # the whole SmolLM2 table
     python benchmarks/quality.py --model smollm2 --windows 10 --rows rtn,hqq_reference,default
-    python benchmarks/quality.py --model qwen --windows 20            # Qwen2.5-1.5B-shaped, g128
+    python benchmarks/quality.py --model qwen --windows 20 --sequential   # Qwen2.5-1.5B-shaped, g128
     python benchmarks/quality.py --model minilm                       # all-MiniLM-L6-v2, embedding cosine
 
 Every row compresses the same float model (INT4_ASYM, ratio 1, backup_mode NONE: only decoder/encoder
@@ -22,6 +22,9 @@ from typing import Any
 
 import nncf
 import openvino as ov
+from _sequential import evaluate_against
+from _sequential import reference_log_probs
+from _sequential import reference_metrics
 
 import nncf_hqq
 from nncf_hqq import HQQ_DEFAULT
@@ -33,6 +36,7 @@ from nncf_hqq.evaluation import evaluate_llms
 from nncf_hqq.evaluation import load_tokenizer
 from nncf_hqq.evaluation import wikitext_lines
 from nncf_hqq.evaluation import wikitext_windows
+from nncf_hqq.models import cache_dir
 from nncf_hqq.models import ir_xml
 from nncf_hqq.models import minilm_ov_dir
 from nncf_hqq.models import qwen_ov_dir
@@ -144,6 +148,21 @@ def evaluate(model_name: str, ir_dir: Path, models: dict[str, ov.Model], windows
     return evaluate_llms(ir_dir, models, token_windows)
 
 
+def evaluate_sequentially(
+    model_name: str, ir_dir: Path, group_size: int, rows: list[str], windows: int, times: dict[str, float]
+) -> dict[str, dict[str, float]]:
+    """Like ``evaluate``, one compressed model in memory at a time (FP log-probs cached on disk)."""
+    token_windows = wikitext_windows(load_tokenizer(ir_dir), shared_path(WIKITEXT), windows)
+    reference = reference_log_probs(ir_dir, cache_dir() / "fp_logp" / model_name, token_windows)
+    results = {"fp": reference_metrics(token_windows, reference)}
+    for row in rows:
+        model, times[row] = compress(ir_dir, group_size, ROWS[row], ROW_OPTIONS.get(row))
+        results[row] = evaluate_against(model, token_windows, reference)
+        del model
+        print(f"{row}: {results[row]}", flush=True)
+    return results
+
+
 def print_table(results: dict[str, dict[str, float]], times: dict[str, float]) -> None:
     metrics = [k for k in ("ppl", "kl", "top1", "cosine") if k in next(iter(results.values()))]
     print(f"{'row':<24}" + "".join(f"{m:>10}" for m in metrics) + f"{'compress s':>12}")
@@ -159,6 +178,11 @@ def main() -> None:
     parser.add_argument("--group-size", type=int, default=None)
     parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated rows: " + ",".join(ROWS))
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--sequential",
+        action="store_true",
+        help="one compressed model in memory at a time, FP log-probs cached on disk (needed for qwen on 23 GB)",
+    )
     args = parser.parse_args()
 
     get_dir, default_group = MODELS[args.model]
@@ -169,10 +193,14 @@ def main() -> None:
     unknown = [r for r in rows if r not in ROWS]
     if unknown:
         parser.error(f"unknown rows {unknown}")
-    models, times = {}, {}
-    for row in rows:
-        models[row], times[row] = compress(ir_dir, group_size, ROWS[row], ROW_OPTIONS.get(row))
-    results = evaluate(args.model, ir_dir, models, windows)
+    times: dict[str, float] = {}
+    if args.sequential and args.model != "minilm":
+        results = evaluate_sequentially(args.model, ir_dir, group_size, rows, windows, times)
+    else:
+        models = {}
+        for row in rows:
+            models[row], times[row] = compress(ir_dir, group_size, ROWS[row], ROW_OPTIONS.get(row))
+        results = evaluate(args.model, ir_dir, models, windows)
     print_table(results, times)
     out = args.out or Path(f"results/quality_{args.model}_g{group_size}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
