@@ -22,6 +22,7 @@ def reference_log_probs(ir_dir: Path, root: Path, windows: list[np.ndarray]) -> 
     """The FP model's log-probs ``[windows, T, V]`` (f32, memory-mapped file, computed once)."""
     path = root / f"fp_logp_{len(windows)}.npy"
     if not path.exists():
+        root.mkdir(parents=True, exist_ok=True)
         llm = StatefulLLM(ir_dir)
         shape = (len(windows), len(windows[0]), int(llm.compiled.output("logits").get_partial_shape()[-1].get_length()))
         out = np.lib.format.open_memmap(path.with_suffix(".tmp.npy"), mode="w+", dtype=np.float32, shape=shape)
