@@ -139,6 +139,11 @@ def compress(
     return model, time.perf_counter() - start
 
 
+def constant_megabytes(model: ov.Model) -> float:
+    """Bytes of all constants (weights, codes, scales, zero points) in MiB: the weights' size in the IR."""
+    return sum(op.get_byte_size() for op in model.get_ops() if op.get_type_name() == "Constant") / 2**20
+
+
 def evaluate(model_name: str, ir_dir: Path, models: dict[str, ov.Model], windows: int) -> dict[str, Any]:
     tokenizer = load_tokenizer(ir_dir)
     if model_name == "minilm":
@@ -154,10 +159,11 @@ def evaluate_sequentially(
     """Like ``evaluate``, one compressed model in memory at a time (FP log-probs cached on disk)."""
     token_windows = wikitext_windows(load_tokenizer(ir_dir), shared_path(WIKITEXT), windows)
     reference = reference_log_probs(ir_dir, cache_dir() / "fp_logp" / model_name, token_windows)
-    results = {"fp": reference_metrics(token_windows, reference)}
+    fp_mib = constant_megabytes(ov.Core().read_model(ir_xml(ir_dir)))
+    results = {"fp": {**reference_metrics(token_windows, reference), "weights_mib": fp_mib}}
     for row in rows:
         model, times[row] = compress(ir_dir, group_size, ROWS[row], ROW_OPTIONS.get(row))
-        results[row] = evaluate_against(model, token_windows, reference)
+        results[row] = {**evaluate_against(model, token_windows, reference), "weights_mib": constant_megabytes(model)}
         del model
         print(f"{row}: {results[row]}", flush=True)
     return results
