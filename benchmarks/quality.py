@@ -184,6 +184,7 @@ def main() -> None:
     parser.add_argument("--group-size", type=int, default=None)
     parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated rows: " + ",".join(ROWS))
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--size-only", action="store_true", help="compress and report the weights' size only")
     parser.add_argument(
         "--sequential",
         action="store_true",
@@ -200,6 +201,15 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown rows {unknown}")
     times: dict[str, float] = {}
+    if args.size_only:
+        sizes = {}
+        for row in rows:
+            model, times[row] = compress(ir_dir, group_size, ROWS[row], ROW_OPTIONS.get(row))
+            sizes[row] = constant_megabytes(model)
+            print(f"{row:<24}{sizes[row]:>10.1f} MiB{times[row]:>10.1f} s", flush=True)
+        out = args.out or Path(f"results/sizes_{args.model}_g{group_size}.json")
+        out.write_text(json.dumps({"weights_mib": sizes, "compress_seconds": times}, indent=2))
+        return
     if args.sequential and args.model != "minilm":
         results = evaluate_sequentially(args.model, ir_dir, group_size, rows, windows, times)
     else:
