@@ -185,7 +185,9 @@ class HQQ:
             return to_symmetric_compressed_weight(grouped, rtn_scale, bits)
         scale = optimize_scale_proximal(grouped, rtn_scale, axis, bits, self.params, weights)
         if self.params.refine_rounds:
-            scale = refine_symmetric_scale(grouped, scale, axis, bits, self.params.refine_rounds, weights)
+            scale = refine_symmetric_scale(
+                grouped, scale, axis, bits, self.params.refine_rounds, weights, self.params.preserve_extremes
+            )
         result = to_symmetric_compressed_weight(grouped, scale, bits)
         if self.params.rtn_guard:
             rtn = to_symmetric_compressed_weight(grouped, rtn_scale, bits)

@@ -89,9 +89,9 @@ class HQQParameters:
     :param refine_rounds: rounds of alternating least squares after the proximal loop: nearest codes, then the
         (weighted) least-squares scale and zero point for those codes; every group keeps its best iterate. With
         an INTEGER zero point, the zero point is rounded first and only the scale is refit.
-    :param preserve_extremes: in the refinement, never let a group's min or max be clipped (the scale is capped
-        so both land within half a step of the code range). Outlier weights matter more to the model's outputs
-        than their share of the squared error.
+    :param preserve_extremes: in the refinement (and in the symmetric modes' proximal scale loop), never let a
+        group's min or max be clipped (the scale is capped so both land within half a step of the code range).
+        Outlier weights matter more to the model's outputs than their share of the squared error.
     :param importance: data-free weighting of input channels in the refinement and the RTN guard (see
         ``Importance``), and in the proximal loop too when ``weighted_proximal``.
     :param weighted_proximal: also weight the proximal loop by ``importance``. Off by default: the weighted loop

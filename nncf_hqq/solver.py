@@ -383,6 +383,20 @@ def symmetric_codes(weight: Tensor, scale: Tensor, num_bits: int) -> Tensor:
     return fns.clip(fns.round(weight / scale), low, high)
 
 
+def floor_symmetric_scale_to_extremes(weight: Tensor, scale: Tensor, axis: int, num_bits: int) -> Tensor:
+    """Raises ``|scale|`` where needed so that each group's min and max land within half a step of the code
+    range ``[-2^(b-1), 2^(b-1) - 1]``, i.e. are never clipped (the sign of the scale says which end of the group
+    takes the negative codes). The symmetric counterpart of ``cap_inverse_scale_to_extremes``."""
+    low, high = signed_levels(num_bits)
+    w_min = fns.abs(fns.min(weight, axis=axis, keepdims=True))
+    w_max = fns.abs(fns.max(weight, axis=axis, keepdims=True))
+    negative_end = fns.where(scale > 0.0, w_min, w_max)  # the end that maps to negative codes
+    positive_end = fns.where(scale > 0.0, w_max, w_min)
+    floor = fns.maximum(negative_end / (-low + 0.5), positive_end / (high + 0.5))
+    magnitude = fns.maximum(fns.abs(scale), floor)
+    return fns.where(scale < 0.0, -magnitude, magnitude)
+
+
 def optimize_scale_proximal(
     weight: Tensor, scale: Tensor, axis: int, num_bits: int, params: HQQParameters, importance: Tensor | None = None
 ) -> Tensor:
@@ -390,6 +404,8 @@ def optimize_scale_proximal(
     with the lp operator, then take the closed-form scale ``<q, W - We> / <q, q>`` for the current codes. Early
     stop and best iterate as in ``optimize_zero_point_proximal``; groups whose update is degenerate keep theirs."""
     weight = weight.astype(TensorDataType.float32)
+    if params.preserve_extremes:  # NNCF's symmetric init itself clips the other end when it lies beyond 7.5 steps
+        scale = floor_symmetric_scale_to_extremes(weight, scale, axis, num_bits)
     error_axis = axis if params.early_stop_scope == EarlyStopScope.GROUP else None
     beta = params.beta
     best_error = mean_absolute_error(weight, weight, error_axis) + float("inf")
@@ -403,6 +419,8 @@ def optimize_scale_proximal(
         denominator = weighted_mean(codes * codes, importance, axis)
         valid = (denominator > 0.0) & (numerator * scale > 0.0) & active
         scale = fns.where(valid, numerator / fns.where(valid, denominator, 1.0), scale)
+        if params.preserve_extremes:
+            scale = floor_symmetric_scale_to_extremes(weight, scale, axis, num_bits)
         beta *= params.kappa
         if params.early_stop:
             active = improved
@@ -412,10 +430,19 @@ def optimize_scale_proximal(
 
 
 def refine_symmetric_scale(
-    weight: Tensor, scale: Tensor, axis: int, num_bits: int, rounds: int, importance: Tensor | None = None
+    weight: Tensor,
+    scale: Tensor,
+    axis: int,
+    num_bits: int,
+    rounds: int,
+    importance: Tensor | None = None,
+    preserve_extremes: bool = False,
 ) -> Tensor:
-    """Alternating nearest codes and the least-squares scale ``<q, W> / <q, q>``, best iterate per group."""
+    """Alternating nearest codes and the least-squares scale ``<q, W> / <q, q>``, best iterate per group. With
+    ``preserve_extremes`` no update may clip a group's min or max (``floor_symmetric_scale_to_extremes``)."""
     weight = weight.astype(TensorDataType.float32)
+    if preserve_extremes:
+        scale = floor_symmetric_scale_to_extremes(weight, scale, axis, num_bits)
 
     def group_error(s: Tensor) -> Tensor:
         diff = symmetric_codes(weight, s, num_bits) * s - weight
@@ -428,6 +455,8 @@ def refine_symmetric_scale(
         denominator = weighted_mean(codes * codes, importance, axis)
         valid = (denominator > 0.0) & (numerator * scale > 0.0)
         scale = fns.where(valid, numerator / fns.where(valid, denominator, 1.0), scale)
+        if preserve_extremes:
+            scale = floor_symmetric_scale_to_extremes(weight, scale, axis, num_bits)
         error = group_error(scale)
         better = error < best_error
         best, best_error = fns.where(better, scale, best), fns.where(better, error, best_error)

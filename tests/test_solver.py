@@ -18,15 +18,20 @@ from nncf_hqq.parameters import HQQ_REFERENCE
 from nncf_hqq.parameters import EarlyStopScope
 from nncf_hqq.parameters import HQQParameters
 from nncf_hqq.solver import dequantize
+from nncf_hqq.solver import floor_symmetric_scale_to_extremes
 from nncf_hqq.solver import group_squared_error
 from nncf_hqq.solver import hqq_solve
 from nncf_hqq.solver import least_squares_scale_for_zero
 from nncf_hqq.solver import least_squares_scale_zero
 from nncf_hqq.solver import min_max_init
+from nncf_hqq.solver import optimize_scale_proximal
 from nncf_hqq.solver import quantize
 from nncf_hqq.solver import refine_least_squares
+from nncf_hqq.solver import refine_symmetric_scale
 from nncf_hqq.solver import shrink_lp
 from nncf_hqq.solver import split_into_groups
+from nncf_hqq.solver import symmetric_codes
+from nncf_hqq.solver import symmetric_init
 from nncf_hqq.solver import weighted_mean
 from nncf_hqq.solver import zero_point_update
 from tests.reference_hqq import published_hqq
@@ -262,3 +267,34 @@ def test_weighted_mean_with_uniform_importance_is_the_mean() -> None:
     ones = Tensor(np.full((1, 16), 3.0, np.float32))
     np.testing.assert_allclose(weighted_mean(x, ones, 1).data, weighted_mean(x, None, 1).data, rtol=1e-5)
     np.testing.assert_allclose(weighted_mean(x, ones, None).data, weighted_mean(x, None, None).data, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("group", "scale", "expected"),
+    [
+        ([-1.0, 0.5], 0.1, 1.0 / 8.5),  # too small: raised so that -1.0 maps to -8.5 at most
+        ([-1.0, 0.5], 0.2, 0.2),  # large enough: kept
+        ([-0.5, 1.0], -0.1, -1.0 / 8.5),  # negative scale: the maximum takes the negative codes
+        ([-0.2, 1.0], 0.1, 1.0 / 7.5),  # positive scale: the maximum must stay within code 7 + 0.5
+    ],
+    ids=["raised", "kept", "negative-scale", "positive-end-binds"],
+)
+def test_floor_symmetric_scale_to_extremes(group: list[float], scale: float, expected: float) -> None:
+    weight = Tensor(np.array([group], dtype=np.float32))
+    floored = floor_symmetric_scale_to_extremes(weight, Tensor(np.array([[scale]], dtype=np.float32)), 1, 4)
+    assert float(floored.data[0, 0]) == pytest.approx(expected, rel=1e-6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10_000))
+def test_symmetric_hqq_with_preserved_extremes_never_clips_them(seed: int) -> None:
+    weight = (np.random.default_rng(seed).standard_t(3, size=(8, 64)) * 0.02).astype(np.float32)
+    grouped, axis = split_into_groups(Tensor(weight), 1, 16)
+    params = HQQParameters(preserve_extremes=True, refine_rounds=3)
+    scale = optimize_scale_proximal(grouped, symmetric_init(grouped, axis, 4), axis, 4, params)
+    scale = refine_symmetric_scale(grouped, scale, axis, 4, 3, None, preserve_extremes=True)
+    reconstruction = symmetric_codes(grouped, scale, 4) * scale
+    for reduce in (np.argmin, np.argmax):
+        index = np.expand_dims(reduce(grouped.data, axis=axis), axis)
+        error = np.abs(np.take_along_axis(reconstruction.data - grouped.data, index, axis))
+        assert (error <= 0.5 * np.abs(scale.data) * (1 + 1e-5)).all()
