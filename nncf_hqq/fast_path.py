@@ -386,16 +386,22 @@ class CompiledSweep:
 def block_inputs(
     rows: np.ndarray, s_col: np.ndarray, z_col: np.ndarray, begin: int, count: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Rows ``begin:begin + count`` (views), zero-padded to ``count`` rows for the last, shorter block."""
-    end = begin + count
-    if end <= rows.shape[0]:
-        return rows[begin:end], s_col[begin:end], z_col[begin:end]
-    available = rows.shape[0] - begin
-    w = np.zeros((count, rows.shape[1]), dtype=np.float32)
-    s = np.ones((count, 1), dtype=np.float32)
-    z = np.zeros((count, 1), dtype=np.float32)
-    w[:available], s[:available], z[:available] = rows[begin:], s_col[begin:], z_col[begin:]
-    return w, s, z
+    """Rows ``begin:begin + count`` (views), padded to ``count`` rows for the last, shorter block (weights and
+    zero points with 0, inverse scales with 1)."""
+    return (
+        block_rows(rows, begin, count, 0.0),
+        block_rows(s_col, begin, count, 1.0),
+        block_rows(z_col, begin, count, 0.0),
+    )
+
+
+def block_rows(array: np.ndarray, begin: int, count: int, fill: float) -> np.ndarray:
+    """Rows ``begin:begin + count`` of ``array`` (a view), padded with ``fill`` for the last, shorter block."""
+    if begin + count <= array.shape[0]:
+        return array[begin : begin + count]
+    block = np.full((count, array.shape[1]), fill, dtype=np.float32)
+    block[: array.shape[0] - begin] = array[begin:]
+    return block
 
 
 def rows_per_block(group_size: int) -> int:

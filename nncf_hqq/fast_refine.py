@@ -245,22 +245,13 @@ class CompiledRows:
         with self.lock:
             self.queue.set_callback(collect)
             for begin in range(0, n, c):
-                inputs = [_block(rows, begin, c, 0.0), _block(columns, begin, c, 1.0)]
+                inputs = [fast_path.block_rows(rows, begin, c, 0.0), fast_path.block_rows(columns, begin, c, 1.0)]
                 if self.weighted and importance is not None:
                     inputs.append(importance.block(begin, c))
                 in_flight.append(inputs)
                 self.queue.start_async(inputs, userdata=(begin, min(c, n - begin)), share_inputs=True)
             self.queue.wait_all()
         return result
-
-
-def _block(array: np.ndarray, begin: int, count: int, fill: float) -> np.ndarray:
-    """Rows ``begin:begin + count`` of ``array`` (a view), padded with ``fill`` for the last, shorter block."""
-    if begin + count <= array.shape[0]:
-        return array[begin : begin + count]
-    block = np.full((count, array.shape[1]), fill, dtype=np.float32)
-    block[: array.shape[0] - begin] = array[begin:]
-    return block
 
 
 @lru_cache(maxsize=CACHE_SIZE)
