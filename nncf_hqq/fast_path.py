@@ -180,10 +180,11 @@ def as_rows(array: np.ndarray, axis: int) -> np.ndarray:
     return np.ascontiguousarray(moved).reshape(-1, array.shape[axis])
 
 
-def from_rows(values: np.ndarray, keepdims_shape: tuple[int, ...], axis: int) -> np.ndarray:
-    """Inverse of ``as_rows`` for per-group values ``[N]`` into the keepdims shape."""
-    moved_shape = (*keepdims_shape[:axis], *keepdims_shape[axis + 1 :], 1)
-    return np.moveaxis(values.reshape(moved_shape), -1, axis).astype(np.float32, copy=False)
+def from_rows(values: np.ndarray, shape: tuple[int, ...], axis: int) -> np.ndarray:
+    """Inverse of ``as_rows``: per-group values ``[N]`` into the keepdims ``shape`` (size 1 on ``axis``), or
+    whole rows ``[N, R]`` into ``shape``. Keeps the dtype; a view where the layout allows."""
+    moved_shape = (*shape[:axis], *shape[axis + 1 :], shape[axis])
+    return np.moveaxis(values.reshape(moved_shape), -1, axis)
 
 
 def beta_schedule(params: HQQParameters) -> list[float]:

@@ -8,10 +8,12 @@ or integer zero point) and the per-group RTN guard. ``finish_reference`` is the 
 
 Every step only ever needs one group's elements, so groups are laid out as rows ``[N, R]``:
 - one model unrolls all refinement rounds for a block of rows (the block stays in the CPU caches for the whole
-  refinement) and also returns every row's minimum and maximum (NNCF's RTN parameters follow from them);
+  refinement) and also returns every row's minimum and maximum (NNCF's RTN parameters follow from them); each
+  round reads the rounding residual ``r = codes - (W * s + z)`` once and keeps three per-row means (of ``r``,
+  ``r^2`` and ``r`` times the weight), from which both the error and the least-squares refit follow;
 - the f16 rounding of the stored values is done in numpy on the per-row parameters only (OpenVINO folds a
-  f32 -> f16 -> f32 Convert pair away), and a second model returns the stored HQQ and RTN errors of every row;
-- the codes are encoded once, with the chosen parameters.
+  f32 -> f16 -> f32 Convert pair away), and a second model returns the stored HQQ and RTN errors of every row
+  and the codes of the parameters each row keeps (so the weight is never encoded again in numpy).
 Blocks run on all cores through an ``AsyncInferQueue``. The importance of a row's elements is the importance of
 its group of input channels, gathered per block, so no weight-sized importance array is ever built.
 """
@@ -151,18 +153,22 @@ def finish_compiled(
     if not (np.isfinite(columns).all() and np.isfinite(w_min).all() and np.isfinite(w_max).all()):
         return finish_reference(grouped, inverse_scale, zero, axis, num_bits, params, importance)
     scale, zero_point = stored_scale_zero_point(Tensor(1.0 / s), Tensor(z), num_bits, integer_zero_point)
+    code_rows = None
     if params.rtn_guard:
         rtn_range = rtn_scale_zero_point_for_range(Tensor(w_min), Tensor(w_max), num_bits)
         rtn_scale, rtn_zero_point = stored_scale_zero_point(*rtn_range, num_bits, True)
         stacked = np.stack([scale.data, zero_point.data, rtn_scale.data, rtn_zero_point.data], axis=1)
         guard = compiled_guard(block, rows.shape[1], num_bits, weighted)
-        hqq_error, rtn_error = guard.run(rows, stacked, row_importance)
+        (hqq_error, rtn_error), code_rows = guard.run_with_codes(rows, stacked, row_importance)
         use_hqq = Tensor(hqq_error <= rtn_error)
         scale = fns.where(use_hqq, scale, rtn_scale)
         zero_point = fns.where(use_hqq, zero_point, rtn_zero_point)
     scale = Tensor(fast_path.from_rows(scale.data, shape, axis))
     zero_point = Tensor(fast_path.from_rows(zero_point.data, shape, axis))
-    codes = encode(weight, scale, zero_point, num_bits)
+    if code_rows is not None:  # the guard's codes of the kept parameters
+        codes = Tensor(fast_path.from_rows(code_rows, weight.shape, axis))
+    else:
+        codes = encode(weight, scale, zero_point, num_bits)
     if integer_zero_point:
         zero_point = zero_point.astype(TensorDataType.int32)
     return CompressedWeight(contiguous(codes), contiguous(scale), contiguous(zero_point))
@@ -229,17 +235,27 @@ class CompiledRows:
         self.rows_per_block = rows_per_block
         self.weighted = weighted
         self.outputs = int(self.compiled.output(0).get_partial_shape()[0].get_length())
+        self.emits_codes = len(self.compiled.outputs) > 1
         self.lock = threading.Lock()
 
     def run(self, rows: np.ndarray, columns: np.ndarray, importance: RowImportance | None) -> np.ndarray:
         """The model's per-row values ``[m, N]`` for weight rows ``[N, R]`` and per-row parameters ``[N, k]``."""
+        return self.run_with_codes(rows, columns, importance)[0]
+
+    def run_with_codes(
+        self, rows: np.ndarray, columns: np.ndarray, importance: RowImportance | None
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """``run``, plus the model's second output, uint8 codes ``[N, R]``, when it has one (else None)."""
         n, c = rows.shape[0], self.rows_per_block
         result = np.empty((self.outputs, n), dtype=np.float32)
+        codes = np.empty(rows.shape, dtype=np.uint8) if self.emits_codes else None
         columns = np.ascontiguousarray(columns, dtype=np.float32)
 
         def collect(request: ov.InferRequest, span: tuple[int, int]) -> None:
             begin, count = span
             result[:, begin : begin + count] = request.get_output_tensor(0).data[:, :count]
+            if codes is not None:
+                codes[begin : begin + count] = request.get_output_tensor(1).data[:count]
 
         in_flight = []  # the shared input buffers must outlive their inference
         with self.lock:
@@ -251,7 +267,7 @@ class CompiledRows:
                 in_flight.append(inputs)
                 self.queue.start_async(inputs, userdata=(begin, min(c, n - begin)), share_inputs=True)
             self.queue.wait_all()
-        return result
+        return result, codes
 
 
 @lru_cache(maxsize=CACHE_SIZE)
@@ -321,28 +337,45 @@ def build_refinement_model(
     if integer_zero:
         z = opset.clamp(opset.round(z, "half_to_even"), 0.0, q_max)
     s = project(s, z)
-    codes, best_error = graph.codes_and_error(s, z)
-    best_s, best_z = s, z
+    moments = graph.residual_moments(s, z, uncentred=integer_zero)
+    best_s, best_z, best_error = s, z, moments.error
     for _ in range(rounds):
-        s, z = graph.scale_for_zero(codes, s, z) if integer_zero else graph.scale_and_zero(codes, s, z)
+        s, z = graph.scale_for_zero(moments) if integer_zero else graph.scale_and_zero(moments)
         s = project(s, z)
-        codes, error = graph.codes_and_error(s, z)
-        better = opset.less(error, best_error)
+        moments = graph.residual_moments(s, z, uncentred=integer_zero)
+        better = opset.less(moments.error, best_error)
         best_s, best_z = opset.select(better, s, best_s), opset.select(better, z, best_z)
-        best_error = opset.select(better, error, best_error)
+        best_error = opset.select(better, moments.error, best_error)
     return ov.Model([_rows_result([best_s, best_z, graph.w_min, graph.w_max], rows)], parameters, "hqq_refinement")
 
 
 def build_guard_model(rows: int, group_size: int, q_max: float, weighted: bool) -> ov.Model:
-    """The (weighted) mean squared error of two stored parameter sets for a ``[rows, group_size]`` block.
+    """The (weighted) mean squared error of two stored parameter sets for a ``[rows, group_size]`` block, and the
+    codes of the set each row keeps.
 
     Per-row input columns: scale and zero point of the first set, then of the second (NNCF's convention, as
-    stored). Output ``[2, rows]``: the error of each set, like ``conversion.stored_group_error``.
+    stored). Outputs: ``[2, rows]``, the error of each set, like ``conversion.stored_group_error``; uint8 codes
+    ``[rows, group_size]`` (``conversion.encode``) of the first set where its error is not larger, else of the second.
     """
     parameters, weight, columns, importance = _block_parameters(rows, group_size, 4, weighted)
     graph = _RefinementGraph(weight, importance, q_max)
-    errors = [graph.stored_error(columns[i], columns[i + 1]) for i in (0, 2)]
-    return ov.Model([_rows_result(errors, rows)], parameters, "hqq_guard")
+    (first, first_error), (second, second_error) = (graph.stored_codes_and_error(*columns[i : i + 2]) for i in (0, 2))
+    codes = opset.select(opset.less_equal(first_error, second_error), first, second)
+    errors = _rows_result([first_error, second_error], rows)
+    return ov.Model([errors, opset.result(opset.convert(codes, ov.Type.u8))], parameters, "hqq_guard")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Moments:
+    """Per-row statistics of one candidate ``(s, z)``: means of the rounding residual ``r`` (code units), of
+    ``r^2`` and of ``r`` times the (centred, or plain) weight, and the weight-domain squared error ``E[r^2] / s^2``."""
+
+    s: ov.Node
+    z: ov.Node
+    mean_r: ov.Node
+    mean_rr: ov.Node
+    mean_rw: ov.Node
+    error: ov.Node
 
 
 class _RefinementGraph:
@@ -379,39 +412,88 @@ class _RefinementGraph:
         weighted_sum = opset.reduce_sum(opset.multiply(x, self.importance), self.axis, keep_dims=True)
         return opset.divide(weighted_sum, self.total)
 
-    def codes_and_error(self, s: ov.Node, z: ov.Node) -> tuple[ov.Node, ov.Node]:
-        """Nearest codes and the (weighted) mean squared reconstruction error of every row."""
-        shifted = opset.add(opset.multiply(self.weight, s), z)
-        codes = opset.clamp(opset.round(shifted, "half_to_even"), 0.0, self.q_max)
-        diff = opset.subtract(opset.divide(opset.subtract(codes, z), s), self.weight)
-        return codes, self.mean(opset.multiply(diff, diff))
+    def normalised_sum(self, x: ov.Node) -> ov.Node:
+        """Per-row mean of ``x``, or, when weighted, the sum of ``x`` (already times the importance) over the
+        importance's sum."""
+        if self.importance is None:
+            return opset.reduce_mean(x, self.axis, keep_dims=True)
+        return opset.divide(opset.reduce_sum(x, self.axis, keep_dims=True), self.total)
 
-    def stored_error(self, scale: ov.Node, zero_point: ov.Node) -> ov.Node:
-        """Error of NNCF-convention parameters: codes ``clip(round(W / scale + zp))`` (as ``conversion.encode``),
-        reconstruction ``(codes - zp) * scale``."""
+    def weighted(self, x: ov.Node) -> ov.Node:
+        return x if self.importance is None else opset.multiply(x, self.importance)
+
+    @functools.cached_property
+    def mean_weight(self) -> ov.Node:
+        return self.mean(self.weight)
+
+    @functools.cached_property
+    def centred_weight(self) -> ov.Node:
+        return opset.subtract(self.weight, self.mean_weight)
+
+    @functools.cached_property
+    def weighted_centred_weight(self) -> ov.Node:
+        return self.weighted(self.centred_weight)
+
+    @functools.cached_property
+    def weighted_weight(self) -> ov.Node:
+        return self.weighted(self.weight)
+
+    @functools.cached_property
+    def weight_variance(self) -> ov.Node:
+        return self.normalised_sum(opset.multiply(self.weighted_centred_weight, self.centred_weight))
+
+    @functools.cached_property
+    def weight_power(self) -> ov.Node:
+        return self.normalised_sum(opset.multiply(self.weighted_weight, self.weight))
+
+    def residual_moments(self, s: ov.Node, z: ov.Node, uncentred: bool) -> _Moments:
+        """The rounding residual ``r = codes - (W * s + z)`` of the nearest codes, summarised per row (all the
+        least-squares refit and the error need, so the codes themselves are never revisited)."""
+        shifted = opset.add(opset.multiply(self.weight, s), z)
+        residual = opset.subtract(opset.clamp(opset.round(shifted, "half_to_even"), 0.0, self.q_max), shifted)
+        weighted = self.weighted(residual)
+        mean_rr = self.normalised_sum(opset.multiply(weighted, residual))
+        other = self.weighted_weight if uncentred else self.weighted_centred_weight
+        return _Moments(
+            s=s,
+            z=z,
+            mean_r=self.normalised_sum(weighted),
+            mean_rr=mean_rr,
+            mean_rw=self.normalised_sum(opset.multiply(residual, other)),
+            error=opset.divide(mean_rr, opset.multiply(s, s)),
+        )
+
+    def stored_codes_and_error(self, scale: ov.Node, zero_point: ov.Node) -> tuple[ov.Node, ov.Node]:
+        """Codes of NNCF-convention parameters, ``clip(round(W / scale + zp))`` (as ``conversion.encode``), and the
+        error of the reconstruction ``(codes - zp) * scale``."""
         shifted = opset.add(opset.divide(self.weight, scale), zero_point)
         codes = opset.clamp(opset.round(shifted, "half_to_even"), 0.0, self.q_max)
         diff = opset.subtract(opset.multiply(opset.subtract(codes, zero_point), scale), self.weight)
-        return self.mean(opset.multiply(diff, diff))
+        return codes, self.mean(opset.multiply(diff, diff))
 
-    def scale_and_zero(self, codes: ov.Node, s: ov.Node, z: ov.Node) -> tuple[ov.Node, ov.Node]:
-        """``solver.least_squares_scale_zero``: the regression ``W ~ a * codes + b``, ``s = 1/a``, ``z = -b/a``."""
-        mean_codes, mean_weight = self.mean(codes), self.mean(self.weight)
-        centred = opset.subtract(codes, mean_codes)
-        variance = self.mean(opset.multiply(centred, centred))
-        covariance = self.mean(opset.multiply(centred, opset.subtract(self.weight, mean_weight)))
+    def scale_and_zero(self, m: _Moments) -> tuple[ov.Node, ov.Node]:
+        """``solver.least_squares_scale_zero`` from the residual's moments: with ``codes = W * s + z + r``,
+        ``cov(codes, W) = s var(W) + cov(r, W)`` and ``var(codes) = s^2 var(W) + 2 s cov(r, W) + var(r)``."""
+        s_var = opset.multiply(m.s, self.weight_variance)
+        covariance = opset.add(s_var, m.mean_rw)
+        residual_variance = opset.subtract(m.mean_rr, opset.multiply(m.mean_r, m.mean_r))
+        two_cov = opset.add(m.mean_rw, m.mean_rw)
+        variance = opset.add(opset.multiply(m.s, opset.add(s_var, two_cov)), residual_variance)
         valid, slope = self.positive_ratio(covariance, variance)
-        new_s = opset.select(valid, opset.divide(opset.constant(np.float32(1.0)), slope), s)
-        new_z = opset.select(valid, opset.subtract(mean_codes, opset.divide(mean_weight, slope)), z)
+        mean_codes = opset.add(opset.add(opset.multiply(m.s, self.mean_weight), m.z), m.mean_r)
+        new_s = opset.select(valid, opset.divide(opset.constant(np.float32(1.0)), slope), m.s)
+        new_z = opset.select(valid, opset.subtract(mean_codes, opset.divide(self.mean_weight, slope)), m.z)
         return new_s, new_z
 
-    def scale_for_zero(self, codes: ov.Node, s: ov.Node, z: ov.Node) -> tuple[ov.Node, ov.Node]:
-        """``solver.least_squares_scale_for_zero``: ``s = <sh, sh> / <W, sh>`` with ``sh = codes - z``."""
-        shifted = opset.subtract(codes, z)
-        numerator = self.mean(opset.multiply(self.weight, shifted))
-        denominator = self.mean(opset.multiply(shifted, shifted))
+    def scale_for_zero(self, m: _Moments) -> tuple[ov.Node, ov.Node]:
+        """``solver.least_squares_scale_for_zero`` from the moments (``uncentred``): with ``codes - z = W * s + r``,
+        ``<W, codes - z> = s <W, W> + <W, r>`` and ``<codes - z, codes - z> = s^2 <W, W> + 2 s <W, r> + <r, r>``."""
+        s_power = opset.multiply(m.s, self.weight_power)
+        numerator = opset.add(s_power, m.mean_rw)
+        two_rw = opset.add(m.mean_rw, m.mean_rw)
+        denominator = opset.add(opset.multiply(m.s, opset.add(s_power, two_rw)), m.mean_rr)
         valid, ratio = self.positive_ratio(denominator, numerator)
-        return opset.select(valid, ratio, s), z
+        return opset.select(valid, ratio, m.s), m.z
 
     @staticmethod
     def positive_ratio(numerator: ov.Node, denominator: ov.Node) -> tuple[ov.Node, ov.Node]:

@@ -18,10 +18,12 @@ import nncf
 import numpy as np
 import pytest
 from nncf.tensor import Tensor
+from nncf.tensor import TensorDataType
 
 from nncf_hqq import fast_path
 from nncf_hqq import fast_refine
 from nncf_hqq.algorithm import importance_along_groups
+from nncf_hqq.conversion import encode
 from nncf_hqq.conversion import stored_group_error
 from nncf_hqq.conversion import to_compressed_weight
 from nncf_hqq.parameters import HQQ_DEFAULT
@@ -63,6 +65,8 @@ def assert_matches_reference(
     for name in ("tensor", "scale", "zero_point"):
         ref, got = getattr(reference, name), getattr(compiled, name)
         assert (got.shape, got.dtype) == (ref.shape, ref.dtype), name
+    zero_point = compiled.zero_point.astype(TensorDataType.float32)
+    np.testing.assert_array_equal(compiled.tensor.data, encode(grouped, compiled.scale, zero_point, bits).data)
     same = (reference.scale.data == compiled.scale.data) & (reference.zero_point.data == compiled.zero_point.data)
     assert same.sum() >= min(same.size - 1, 0.999 * same.size)
     ref_error = stored_group_error(grouped, reference, axis, importance).data
