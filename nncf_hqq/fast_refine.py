@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import threading
 from functools import lru_cache
 
 import numpy as np
@@ -224,19 +223,16 @@ class CompiledRows:
     """A compiled model over blocks of ``rows_per_block`` rows, run on all cores.
 
     Its inputs are the weight rows ``[B, R]``, per-row parameters ``[B, k]`` and, when ``weighted``, the
-    importance rows ``[B, R]``; its one output is ``[m, B]`` (``m`` values per row).
+    importance rows ``[B, R]``; its first output is ``[m, B]`` (``m`` values per row), an optional second one uint8
+    codes ``[B, R]``.
     """
 
     def __init__(self, model: ov.Model, rows_per_block: int, weighted: bool) -> None:
-        config = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "THROUGHPUT"}
-        self.compiled = ov.Core().compile_model(model, "CPU", config)
-        jobs = max(1, int(self.compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")))
-        self.queue = ov.AsyncInferQueue(self.compiled, jobs)
+        self.runner = fast_path.BlockRunner(model, rows_per_block, per_element=(False, True))
         self.rows_per_block = rows_per_block
         self.weighted = weighted
-        self.outputs = int(self.compiled.output(0).get_partial_shape()[0].get_length())
-        self.emits_codes = len(self.compiled.outputs) > 1
-        self.lock = threading.Lock()
+        self.outputs = self.runner.output_rows(0)
+        self.emits_codes = len(self.runner.compiled.outputs) > 1
 
     def run(self, rows: np.ndarray, columns: np.ndarray, importance: RowImportance | None) -> np.ndarray:
         """The model's per-row values ``[m, N]`` for weight rows ``[N, R]`` and per-row parameters ``[N, k]``."""
@@ -251,22 +247,13 @@ class CompiledRows:
         codes = np.empty(rows.shape, dtype=np.uint8) if self.emits_codes else None
         columns = np.ascontiguousarray(columns, dtype=np.float32)
 
-        def collect(request: ov.InferRequest, span: tuple[int, int]) -> None:
-            begin, count = span
-            result[:, begin : begin + count] = request.get_output_tensor(0).data[:, :count]
-            if codes is not None:
-                codes[begin : begin + count] = request.get_output_tensor(1).data[:count]
+        def inputs_at(begin: int) -> list[np.ndarray]:
+            inputs = [fast_path.block_rows(rows, begin, c, 0.0), fast_path.block_rows(columns, begin, c, 1.0)]
+            if self.weighted and importance is not None:
+                inputs.append(importance.block(begin, c))
+            return inputs
 
-        in_flight = []  # the shared input buffers must outlive their inference
-        with self.lock:
-            self.queue.set_callback(collect)
-            for begin in range(0, n, c):
-                inputs = [fast_path.block_rows(rows, begin, c, 0.0), fast_path.block_rows(columns, begin, c, 1.0)]
-                if self.weighted and importance is not None:
-                    inputs.append(importance.block(begin, c))
-                in_flight.append(inputs)
-                self.queue.start_async(inputs, userdata=(begin, min(c, n - begin)), share_inputs=True)
-            self.queue.wait_all()
+        self.runner.run(n, inputs_at, [result] if codes is None else [result, codes])
         return result, codes
 
 

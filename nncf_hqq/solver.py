@@ -55,8 +55,13 @@ def min_max_init(weight: Tensor, axis: int, num_bits: int) -> tuple[Tensor, Tens
     where ``|z|`` would exceed ``MAX_ABS_ZERO``, so that constant groups (max == min) reconstruct exactly and
     zero points stay representable in f16. Groups with ``min <= 0 <= max`` are never affected.
     """
-    w_min = fns.min(weight, axis=axis, keepdims=True)
-    w_max = fns.max(weight, axis=axis, keepdims=True)
+    return min_max_init_for_range(
+        fns.min(weight, axis=axis, keepdims=True), fns.max(weight, axis=axis, keepdims=True), num_bits
+    )
+
+
+def min_max_init_for_range(w_min: Tensor, w_max: Tensor, num_bits: int) -> tuple[Tensor, Tensor]:
+    """``min_max_init`` from every group's minimum and maximum weight."""
     q_max = levels_max(num_bits)
     # min(q_max / range, q_max / (|min| * q_max / MAX_ABS_ZERO), MAX_INVERSE_SCALE) without a division by zero.
     widened = fns.maximum(w_max - w_min, fns.abs(w_min) * (q_max / MAX_ABS_ZERO))

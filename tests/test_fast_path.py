@@ -2,7 +2,8 @@
 
 Tolerance (see ``assert_matches_reference``):
 
-* the inverse scale is bit-identical: both paths compute it with ``solver.min_max_init``;
+* the inverse scale is bit-identical: both paths compute it with ``solver.min_max_init_for_range`` from the
+  same (exact) minima and maxima;
 * zero points: at most 1% of the groups (5% with the per-group early stop; at least 2 groups are allowed)
   differ by more than 1e-4 relative (``|dz| > 1e-4 * max(1, |z|)``); the others agree to a few f32 ulps;
 * the mean absolute reconstruction error of the whole weight is within 1e-5 relative of the reference's, and
