@@ -31,6 +31,7 @@ from nncf_hqq import HQQ_DEFAULT
 from nncf_hqq import HQQ_REFERENCE
 from nncf_hqq import HQQParameters
 from nncf_hqq import LowBitMode
+from nncf_hqq.evaluation import calibration_samples
 from nncf_hqq.evaluation import embedding_cosine
 from nncf_hqq.evaluation import evaluate_llms
 from nncf_hqq.evaluation import load_tokenizer
@@ -44,6 +45,7 @@ from nncf_hqq.models import shared_path
 from nncf_hqq.models import smollm2_ov_dir
 
 WIKITEXT = "data/wikitext-2-raw/wiki.test.raw"
+SHAKESPEARE = "data/tinyshakespeare/input.txt"
 #: The published solver, returning its best iterate: the variants below add to it.
 BASE = HQQParameters()
 
@@ -95,6 +97,8 @@ ROWS: dict[str, HQQParameters | None] = {
     "awq_df": None,
     "awq_df_hqq": HQQ_DEFAULT,
     "default": HQQ_DEFAULT,
+    "awq_se": None,
+    "awq_se_hqq": HQQ_DEFAULT,
 }
 
 #: Other modes: NNCF's symmetric ones (RTN and HQQ) and HQQ's asymmetric low-bit modes.
@@ -105,9 +109,12 @@ for _bits in (3, 2):
     ROWS[f"int{_bits}_asym_hqq"] = HQQ_DEFAULT
 
 #: Extra ``compress_weights`` options of some rows (data-free AWQ: ``awq=True`` without a dataset; other modes).
+#: ``calibrated`` rows get a dataset of ``--calibration-samples`` random 256-token windows of Tiny Shakespeare.
 ROW_OPTIONS: dict[str, dict[str, Any]] = {
     "awq_df": {"awq": True},
     "awq_df_hqq": {"awq": True},
+    "awq_se": {"awq": True, "scale_estimation": True, "calibrated": True},
+    "awq_se_hqq": {"awq": True, "scale_estimation": True, "calibrated": True},
     **{f"int{b}_sym_{m}": {"mode": nncf.CompressWeightsMode(f"int{b}_sym")} for b in (4, 3, 2) for m in ("rtn", "hqq")},
     **{f"int{b}_asym_hqq": {"mode": LowBitMode(f"int{b}_asym")} for b in (3, 2)},
 }
@@ -119,12 +126,19 @@ MODELS: dict[str, tuple[Callable[[], Path], int]] = {
 }
 
 
+#: Calibration windows of the ``calibrated`` rows (``--calibration-samples``).
+CALIBRATION_SAMPLES = {"samples": 128}
+
+
 def compress(
     ir_dir: Path, group_size: int, params: HQQParameters | None, options: dict[str, Any] | None = None
 ) -> tuple[ov.Model, float]:
     model = ov.Core().read_model(ir_xml(ir_dir))
     options = dict(options or {})
     mode = options.pop("mode", nncf.CompressWeightsMode.INT4_ASYM)
+    if options.pop("calibrated", False):
+        samples = calibration_samples(load_tokenizer(ir_dir), shared_path(SHAKESPEARE), CALIBRATION_SAMPLES["samples"])
+        options["dataset"] = nncf.Dataset(samples)
     start = time.perf_counter()
     model = nncf.compress_weights(
         model,
@@ -190,7 +204,9 @@ def main() -> None:
         action="store_true",
         help="one compressed model in memory at a time, FP log-probs cached on disk (needed for qwen on 23 GB)",
     )
+    parser.add_argument("--calibration-samples", type=int, default=128, help="windows for the calibrated rows")
     args = parser.parse_args()
+    CALIBRATION_SAMPLES["samples"] = args.calibration_samples
 
     get_dir, default_group = MODELS[args.model]
     group_size = args.group_size or default_group
@@ -224,6 +240,7 @@ def main() -> None:
         "model": args.model,
         "group_size": group_size,
         "windows": windows,
+        "calibration_samples": args.calibration_samples,
         "rows": {
             r: {
                 "hqq_params": dataclasses.asdict(p) if p else None,
