@@ -11,6 +11,11 @@ fixed block of rows and returns the zero point and the summed |r| of every itera
 weights stays in the CPU cache for all its iterations. Blocks run on all cores through an
 ``AsyncInferQueue``; one compiled model serves every layer with the same group size (bounded LRU cache).
 
+With p < 1 (the default) and the shrinkage inactive, an iteration is a fixed map of the zero point; the
+iterations then run in chunks of ``SETTLE_CHUNK``, and a group whose zero point has started to repeat (a fixed
+point or a 2-cycle) leaves the sweep: its remaining trajectory is written by repetition, bit-identical to
+computing it. Most groups settle within a few iterations, so most of the 20 iterations run on few groups.
+
 The early-stop and best-iterate logic of the reference (tensor or group scope) is then replayed in numpy
 on those per-iteration statistics, which are all it depends on: until a group stops, its trajectory does
 not depend on any other group. For p < 1 a group whose residual bound shows that the lp shrinkage could
@@ -84,6 +89,10 @@ SUPPORTED_DTYPES = (TensorDataType.float16, TensorDataType.bfloat16, TensorDataT
 BLOCK_ELEMENTS = 256 * 1024
 #: Most iterations unrolled in one compiled model; longer runs are split into blocks of iterations.
 MAX_UNROLLED_ITERATIONS = 20
+#: Iterations per chunk of the hard-rounding sweep; after each chunk the groups whose zero point repeats leave it
+#: (see ``_ProximalRun.settling_trajectories``). On SmolLM2 (g64) 87% of the groups have settled after 4
+#: iterations and 99% after 8; on the Qwen2.5-1.5B-shaped model (g128) 67% and 93%.
+SETTLE_CHUNK = 4
 #: Relative safety margin of the test that the lp shrinkage is inactive (f32 rounding is ~1e-7).
 SHRINK_MARGIN = 1.0e-4
 #: Compiled models kept (one per group size, bit width, unroll depth and shrinkage kind).
@@ -243,7 +252,11 @@ class _ProximalRun:
         self.betas = beta_schedule(params)
         blocks = math.ceil(params.iterations / MAX_UNROLLED_ITERATIONS)
         self.unroll = math.ceil(params.iterations / blocks)
-        self.sweep = compiled_sweep(rows.shape[1], self.unroll, num_bits, self.soft_threshold)
+        #: Whether iterations run in chunks that drop the settled groups (hard rounding only, see
+        #: ``settling_trajectories``).
+        self.settling = not self.soft_threshold and self.unroll > SETTLE_CHUNK
+        unroll = SETTLE_CHUNK if self.settling else self.unroll
+        self.sweep = compiled_sweep(rows.shape[1], unroll, num_bits, self.soft_threshold)
         #: 1 / (s * R): turns a group's summed |r| into its mean absolute error in the weight domain.
         self.error_factor = 1.0 / (inverse_scale.astype(np.float64) * rows.shape[1])
 
@@ -261,10 +274,13 @@ class _ProximalRun:
     def trajectories(self, zero: np.ndarray, betas: list[float]) -> tuple[np.ndarray, np.ndarray]:
         """Zero points ``[K + 1, N]`` and summed |r| ``[K, N]`` of ``K`` iterations (of the scaled residual,
         or of ``W - reconstruction`` times ``s`` for groups recomputed with the reference operations)."""
-        inverse_betas = np.zeros(self.unroll, dtype=np.float32)
-        inverse_betas[: len(betas)] = [1.0 / beta for beta in betas]
-        zeros, l1, scaled_range = self.sweep.run(self.rows, self.inverse_scale, zero, inverse_betas)
-        zeros, l1 = zeros[: len(betas) + 1], l1[: len(betas)]
+        if not self.settling:
+            inverse_betas = np.zeros(self.unroll, dtype=np.float32)
+            inverse_betas[: len(betas)] = [1.0 / beta for beta in betas]
+            zeros, l1, scaled_range = self.sweep.run(self.rows, self.inverse_scale, zero, inverse_betas)
+            zeros, l1 = zeros[: len(betas) + 1], l1[: len(betas)]
+        else:
+            zeros, l1, scaled_range = self.settling_trajectories(zero, len(betas))
         if not self.soft_threshold:
             redo = self.shrinkage_may_act(zeros[:-1], scaled_range, betas)
             if redo.any():
@@ -273,6 +289,52 @@ class _ProximalRun:
                 l1 = l1.astype(np.float64)
                 l1[:, redo] = ref_errors / self.error_factor[redo]
         return zeros, l1
+
+    def settling_trajectories(self, zero: np.ndarray, steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``steps`` iterations of the hard-rounding update (p < 1, shrinkage inactive), ``SETTLE_CHUNK`` at a
+        time, each chunk only on the groups not yet settled.
+
+        Without shrinkage an iteration is a fixed map of the zero point, ``z -> mean(codes(W * s + z) - W * s)``.
+        Once a group's zero point repeats (``z_t == z_(t-1)``: a fixed point, or ``z_t == z_(t-2)``: a 2-cycle),
+        its remaining trajectory and errors repeat with it and are written without computing them.
+        """
+        n = self.rows.shape[0]
+        zeros = np.empty((steps + 1, n), dtype=np.float32)
+        l1 = np.empty((steps, n), dtype=np.float32)
+        zeros[0] = zero
+        scaled_range = np.empty((2, n), dtype=np.float32)
+        active = np.arange(n)
+        done = 0
+        while done < steps and active.size:
+            whole = active.size == n
+            rows = self.rows if whole else self.rows[active]
+            chunk_zeros, chunk_l1, chunk_range = self.sweep.run(
+                rows, self.inverse_scale[active], zeros[done, active], np.zeros(SETTLE_CHUNK, dtype=np.float32)
+            )
+            count = min(SETTLE_CHUNK, steps - done)
+            zeros[done + 1 : done + count + 1, active] = chunk_zeros[1 : count + 1]
+            l1[done : done + count, active] = chunk_l1[:count]
+            if done == 0:
+                scaled_range[:] = chunk_range
+            done += count
+            if done < steps:  # done >= SETTLE_CHUNK >= 2 here
+                active = active[~self.settle(zeros, l1, active, done)]
+        return zeros, l1, scaled_range
+
+    @staticmethod
+    def settle(zeros: np.ndarray, l1: np.ndarray, active: np.ndarray, done: int) -> np.ndarray:
+        """Marks (and completes the trajectories of) the ``active`` groups whose zero point repeats after
+        ``done`` iterations: constant from a fixed point on, alternating from a 2-cycle on."""
+        last, previous, before = zeros[done, active], zeros[done - 1, active], zeros[done - 2, active]
+        fixed = last == previous
+        cycle = ~fixed & (last == before)
+        steps = l1.shape[0]
+        for rows, period in ((active[fixed], 1), (active[cycle], 2)):
+            for t in range(done + 1, steps + 1):
+                zeros[t, rows] = zeros[t - period, rows]
+            for t in range(done, steps):
+                l1[t, rows] = l1[t - period, rows]
+        return fixed | cycle
 
     def shrinkage_may_act(self, zeros: np.ndarray, scaled_range: np.ndarray, betas: list[float]) -> np.ndarray:
         """Groups where, in some iteration, an element's error might exceed the shrinkage-free bound.

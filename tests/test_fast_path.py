@@ -308,3 +308,40 @@ def test_non_finite_weights_get_the_reference_result() -> None:
         _, z_fast = fast_path.solve_compiled(grouped, axis, 4, HQQ_DEFAULT)
         _, z_ref = hqq_solve(grouped, axis, 4, HQQ_DEFAULT)
     np.testing.assert_array_equal(z_fast.data, z_ref.data)
+
+
+def test_settle_continues_fixed_points_and_two_cycles() -> None:
+    # three groups after 4 of 7 iterations: a fixed point, a 2-cycle, and one still moving
+    zeros = np.full((8, 3), np.nan, dtype=np.float32)
+    l1 = np.full((7, 3), np.nan, dtype=np.float32)
+    zeros[:5] = [[0.0, 0.0, 0.0], [1.0, 1.0, 1.0], [2.0, 2.0, 2.0], [3.0, 5.0, 3.0], [3.0, 2.0, 4.0]]
+    l1[:4] = [[9.0, 9.0, 9.0], [8.0, 8.0, 8.0], [7.0, 7.0, 7.0], [6.0, 5.0, 6.0]]
+    settled = fast_path._ProximalRun.settle(zeros, l1, np.arange(3), 4)
+    np.testing.assert_array_equal(settled, [True, True, False])
+    np.testing.assert_array_equal(zeros[4:, 0], [3.0] * 4)  # z_4 == z_3: constant from then on
+    np.testing.assert_array_equal(l1[4:, 0], [6.0] * 3)  # the error of z_3, repeated
+    np.testing.assert_array_equal(zeros[4:, 1], [2.0, 5.0, 2.0, 5.0])  # z_4 == z_2: period 2
+    np.testing.assert_array_equal(l1[4:, 1], [7.0, 5.0, 7.0])
+    assert np.isnan(zeros[5:, 2]).all() and np.isnan(l1[4:, 2]).all()  # left to the next chunk
+
+
+@pytest.mark.parametrize(
+    ("shape", "group_size"),
+    [((256, 512), 128), ((96, 320), 64), ((40, 200), 40), ((3, 48, 256), 64)],
+    ids=["g128", "g64", "odd-g40", "moe-g64"],
+)
+def test_settling_sweep_equals_the_full_sweep(shape: tuple[int, ...], group_size: int) -> None:
+    """Dropping settled groups changes nothing: the trajectories are bit-identical to all 20 iterations on all
+    groups (one compiled model unrolling them)."""
+    grouped, axis = split_into_groups(Tensor(heavy_tailed(shape)), len(shape) - 1, group_size)
+    inverse_scale, zero = solver.min_max_init(grouped, axis, 4)
+    rows = fast_path.as_rows(grouped.data, axis)
+    s, z = inverse_scale.data.reshape(-1), zero.data.reshape(-1)
+    run = fast_path._ProximalRun(rows, s, 4, HQQ_DEFAULT)
+    assert run.settling
+    full = fast_path.compiled_sweep(rows.shape[1], 20, 4, False).run(rows, s, z, np.zeros(20, dtype=np.float32))
+    repeats = full[0][4] == full[0][3]
+    assert repeats.any() and not repeats.all()  # some groups leave after the first chunk, some stay
+    settled = run.settling_trajectories(z, 20)
+    for got, expected in zip(settled, full, strict=True):
+        np.testing.assert_array_equal(got, expected)
