@@ -307,13 +307,13 @@ class _ProximalRun:
         done = 0
         while done < steps and active.size:
             whole = active.size == n
-            rows = self.rows if whole else self.rows[active]
+            rows, picked = (self.rows, slice(None)) if whole else (self.rows[active], active)
             chunk_zeros, chunk_l1, chunk_range = self.sweep.run(
-                rows, self.inverse_scale[active], zeros[done, active], np.zeros(SETTLE_CHUNK, dtype=np.float32)
+                rows, self.inverse_scale[picked], zeros[done, picked], np.zeros(SETTLE_CHUNK, dtype=np.float32)
             )
             count = min(SETTLE_CHUNK, steps - done)
-            zeros[done + 1 : done + count + 1, active] = chunk_zeros[1 : count + 1]
-            l1[done : done + count, active] = chunk_l1[:count]
+            zeros[done + 1 : done + count + 1, picked] = chunk_zeros[1 : count + 1]
+            l1[done : done + count, picked] = chunk_l1[:count]
             if done == 0:
                 scaled_range[:] = chunk_range
             done += count
@@ -324,11 +324,23 @@ class _ProximalRun:
     @staticmethod
     def settle(zeros: np.ndarray, l1: np.ndarray, active: np.ndarray, done: int) -> np.ndarray:
         """Marks (and completes the trajectories of) the ``active`` groups whose zero point repeats after
-        ``done`` iterations: constant from a fixed point on, alternating from a 2-cycle on."""
-        last, previous, before = zeros[done, active], zeros[done - 1, active], zeros[done - 2, active]
+        ``done`` iterations: constant from a fixed point on, alternating from a 2-cycle on.
+
+        When every group is active, whole steps are written at once (also for the groups that have not settled:
+        the next chunk overwrites theirs); otherwise only the settled groups' entries."""
+        whole = active.size == zeros.shape[1]
+        picked = slice(None) if whole else active
+        last, previous = zeros[done, picked], zeros[done - 1, picked]
         fixed = last == previous
-        cycle = ~fixed & (last == before)
+        cycle = ~fixed & (last == zeros[done - 2, picked])
         steps = l1.shape[0]
+        if whole:  # every tail constant, then the 2-cycles' every other step
+            zeros[done + 1 :] = last
+            l1[done:] = l1[done - 1]
+            rows = np.flatnonzero(cycle)
+            zeros[done + 1 :: 2, rows] = previous[rows]
+            l1[done::2, rows] = l1[done - 2, rows]
+            return fixed | cycle
         for rows, period in ((active[fixed], 1), (active[cycle], 2)):
             for t in range(done + 1, steps + 1):
                 zeros[t, rows] = zeros[t - period, rows]

@@ -310,19 +310,25 @@ def test_non_finite_weights_get_the_reference_result() -> None:
     np.testing.assert_array_equal(z_fast.data, z_ref.data)
 
 
-def test_settle_continues_fixed_points_and_two_cycles() -> None:
-    # three groups after 4 of 7 iterations: a fixed point, a 2-cycle, and one still moving
-    zeros = np.full((8, 3), np.nan, dtype=np.float32)
-    l1 = np.full((7, 3), np.nan, dtype=np.float32)
-    zeros[:5] = [[0.0, 0.0, 0.0], [1.0, 1.0, 1.0], [2.0, 2.0, 2.0], [3.0, 5.0, 3.0], [3.0, 2.0, 4.0]]
-    l1[:4] = [[9.0, 9.0, 9.0], [8.0, 8.0, 8.0], [7.0, 7.0, 7.0], [6.0, 5.0, 6.0]]
+@pytest.mark.parametrize("whole", [True, False], ids=["all-groups-active", "some-groups-active"])
+def test_settle_continues_fixed_points_and_two_cycles(whole: bool) -> None:
+    # after 4 of 7 iterations: a fixed point, a 2-cycle, one still moving (and, unless whole, a group that left
+    # earlier, whose trajectory must stay untouched)
+    zeros = np.full((8, 4), np.nan, dtype=np.float32)
+    l1 = np.full((7, 4), np.nan, dtype=np.float32)
+    zeros[:5, :3] = [[0.0, 0.0, 0.0], [1.0, 1.0, 1.0], [2.0, 2.0, 2.0], [3.0, 5.0, 3.0], [3.0, 2.0, 4.0]]
+    l1[:4, :3] = [[9.0, 9.0, 9.0], [8.0, 8.0, 8.0], [7.0, 7.0, 7.0], [6.0, 5.0, 6.0]]
+    if whole:
+        zeros, l1 = zeros[:, :3].copy(), l1[:, :3].copy()
     settled = fast_path._ProximalRun.settle(zeros, l1, np.arange(3), 4)
     np.testing.assert_array_equal(settled, [True, True, False])
     np.testing.assert_array_equal(zeros[4:, 0], [3.0] * 4)  # z_4 == z_3: constant from then on
     np.testing.assert_array_equal(l1[4:, 0], [6.0] * 3)  # the error of z_3, repeated
     np.testing.assert_array_equal(zeros[4:, 1], [2.0, 5.0, 2.0, 5.0])  # z_4 == z_2: period 2
     np.testing.assert_array_equal(l1[4:, 1], [7.0, 5.0, 7.0])
-    assert np.isnan(zeros[5:, 2]).all() and np.isnan(l1[4:, 2]).all()  # left to the next chunk
+    if not whole:
+        assert np.isnan(zeros[5:, 2]).all() and np.isnan(l1[4:, 2]).all()  # left to the next chunk
+        assert np.isnan(zeros[:, 3]).all() and np.isnan(l1[:, 3]).all()
 
 
 @pytest.mark.parametrize(
