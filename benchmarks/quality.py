@@ -137,8 +137,12 @@ def compress(
     options = dict(options or {})
     mode = options.pop("mode", nncf.CompressWeightsMode.INT4_ASYM)
     if options.pop("calibrated", False):
-        samples = calibration_samples(load_tokenizer(ir_dir), shared_path(SHAKESPEARE), CALIBRATION_SAMPLES["samples"])
+        count = CALIBRATION_SAMPLES["samples"]
+        samples = calibration_samples(load_tokenizer(ir_dir), shared_path(SHAKESPEARE), count)
         options["dataset"] = nncf.Dataset(samples)
+        # the calibrated rows share NNCF's cached activation statistics (collected once per model and count)
+        statistics = cache_dir() / "statistics" / f"{ir_dir.name}_{count}x256"
+        options["advanced_parameters"] = nncf.AdvancedCompressionParameters(statistics_path=str(statistics))
     start = time.perf_counter()
     model = nncf.compress_weights(
         model,
