@@ -19,8 +19,9 @@ computing it. Most groups settle within a few iterations, so most of the 20 iter
 The early-stop and best-iterate logic of the reference (tensor or group scope) is then replayed in numpy
 on those per-iteration statistics, which are all it depends on: until a group stops, its trajectory does
 not depend on any other group. For p < 1 a group whose residual bound shows that the lp shrinkage could
-become active in some iteration (very wide groups, or strongly clipped codes) is recomputed with the
-reference's own operations instead, so the result never relies on an approximation of the shrinkage.
+become active in some iteration (very wide groups, strongly clipped codes, or weights scaled up by AWQ) is
+recomputed by a second compiled sweep that applies the shrinkage (``solver.shrink_lp``'s formula) in every
+iteration.
 """
 
 from __future__ import annotations
@@ -93,6 +94,8 @@ MAX_UNROLLED_ITERATIONS = 20
 #: (see ``_ProximalRun.settling_trajectories``). On SmolLM2 (g64) 87% of the groups have settled after 4
 #: iterations and 99% after 8; on the Qwen2.5-1.5B-shaped model (g128) 67% and 93%.
 SETTLE_CHUNK = 4
+#: Groups needing the lp shrinkage up to which the numpy reference runs instead of a compiled block.
+FEW_GROUPS = 64
 #: Relative safety margin of the test that the lp shrinkage is inactive (f32 rounding is ~1e-7).
 SHRINK_MARGIN = 1.0e-4
 #: Compiled models kept (one per group size, bit width, unroll depth and shrinkage kind).
@@ -256,7 +259,7 @@ class _ProximalRun:
         #: ``settling_trajectories``).
         self.settling = not self.soft_threshold and self.unroll > SETTLE_CHUNK
         unroll = SETTLE_CHUNK if self.settling else self.unroll
-        self.sweep = compiled_sweep(rows.shape[1], unroll, num_bits, self.soft_threshold)
+        self.sweep = compiled_sweep(rows.shape[1], unroll, num_bits, 1.0 if self.soft_threshold else None)
         #: 1 / (s * R): turns a group's summed |r| into its mean absolute error in the weight domain.
         self.error_factor = 1.0 / (inverse_scale.astype(np.float64) * rows.shape[1])
 
@@ -272,8 +275,7 @@ class _ProximalRun:
         return state.best_zero if self.params.return_best else state.zero
 
     def trajectories(self, zero: np.ndarray, betas: list[float]) -> tuple[np.ndarray, np.ndarray]:
-        """Zero points ``[K + 1, N]`` and summed |r| ``[K, N]`` of ``K`` iterations (of the scaled residual,
-        or of ``W - reconstruction`` times ``s`` for groups recomputed with the reference operations)."""
+        """Zero points ``[K + 1, N]`` and summed |r| ``[K, N]`` (of the scaled residual) of ``K`` iterations."""
         if not self.settling:
             inverse_betas = np.zeros(self.unroll, dtype=np.float32)
             inverse_betas[: len(betas)] = [1.0 / beta for beta in betas]
@@ -284,10 +286,7 @@ class _ProximalRun:
         if not self.soft_threshold:
             redo = self.shrinkage_may_act(zeros[:-1], scaled_range, betas)
             if redo.any():
-                ref_zeros, ref_errors = self.reference_trajectories(np.flatnonzero(redo), zero[redo], betas)
-                zeros[:, redo] = ref_zeros
-                l1 = l1.astype(np.float64)
-                l1[:, redo] = ref_errors / self.error_factor[redo]
+                zeros[:, redo], l1[:, redo] = self.shrinking_trajectories(np.flatnonzero(redo), zero[redo], betas)
         return zeros, l1
 
     def settling_trajectories(self, zero: np.ndarray, steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -361,10 +360,26 @@ class _ProximalRun:
         limit = min(shrink_free_bound(beta, self.params.lp_norm) for beta in betas) * (1.0 - SHRINK_MARGIN)
         return residual * ((1.0 + SHRINK_MARGIN) / self.inverse_scale) > limit
 
+    def shrinking_trajectories(
+        self, groups: np.ndarray, zero: np.ndarray, betas: list[float]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Zero points ``[K + 1, G]`` and summed |r| ``[K, G]`` of the given groups with the lp shrinkage applied
+        in every iteration (``solver.shrink_lp``'s formula, compiled), no early stop.
+
+        A compiled block always computes a whole block of rows, so a few groups (up to ``FEW_GROUPS``) take the
+        reference's own operations in numpy instead."""
+        if groups.size <= FEW_GROUPS:
+            return self.reference_trajectories(groups, zero, betas)
+        sweep = compiled_sweep(self.rows.shape[1], self.unroll, self.num_bits, self.params.lp_norm)
+        inverse_betas = np.zeros(self.unroll, dtype=np.float32)
+        inverse_betas[: len(betas)] = [1.0 / beta for beta in betas]
+        zeros, l1, _ = sweep.run(self.rows[groups], self.inverse_scale[groups], zero, inverse_betas)
+        return zeros[: len(betas) + 1], l1[: len(betas)]
+
     def reference_trajectories(
         self, groups: np.ndarray, zero: np.ndarray, betas: list[float]
     ) -> tuple[np.ndarray, np.ndarray]:
-        """The reference's own operations, without early stop, for a few groups (rows)."""
+        """``shrinking_trajectories`` with the reference's own operations (numpy), for a few groups."""
         weight = Tensor(self.rows[groups])
         inverse_scale = Tensor(self.inverse_scale[groups, None])
         z = Tensor(zero[:, None].astype(np.float32))
@@ -376,7 +391,7 @@ class _ProximalRun:
             shrunk = shrink_lp(weight - reconstruction, beta, self.params.lp_norm)
             z = zero_point_update(weight, codes, shrunk, inverse_scale, 1)
             zeros.append(z.data[:, 0])
-        return np.stack(zeros), np.stack(errors)
+        return np.stack(zeros), (np.stack(errors) / self.error_factor[groups]).astype(np.float32)
 
     def advance(self, state: _EarlyStopState, zeros: np.ndarray, l1: np.ndarray, steps: int) -> bool:
         """Replays the reference's early-stop/best-iterate updates for ``steps`` iterations.
@@ -517,10 +532,10 @@ def rows_per_block(group_size: int) -> int:
 
 
 @lru_cache(maxsize=CACHE_SIZE)
-def compiled_sweep(group_size: int, unroll: int, num_bits: int, soft_threshold: bool) -> CompiledSweep:
-    """The compiled sweep for one group size, unroll depth, bit width and shrinkage kind (LRU cached)."""
+def compiled_sweep(group_size: int, unroll: int, num_bits: int, shrink_p: float | None) -> CompiledSweep:
+    """The compiled sweep for one group size, unroll depth, bit width and shrinkage (LRU cached)."""
     block = rows_per_block(group_size)
-    model = build_sweep_model(block, group_size, unroll, levels_max(num_bits), soft_threshold)
+    model = build_sweep_model(block, group_size, unroll, levels_max(num_bits), shrink_p)
     return CompiledSweep(model, block, unroll)
 
 
@@ -535,13 +550,14 @@ def compiled_extremes(group_size: int) -> BlockRunner:
     return BlockRunner(ov.Model([extremes], [weight], "row_extremes"), rows)
 
 
-def build_sweep_model(rows: int, group_size: int, unroll: int, q_max: float, soft_threshold: bool) -> ov.Model:
+def build_sweep_model(rows: int, group_size: int, unroll: int, q_max: float, shrink_p: float | None) -> ov.Model:
     """``unroll`` HQQ iterations in the scaled domain for a ``[rows, group_size]`` block.
 
+    ``shrink_p``: None for no shrinkage (the hard-rounding update ``z - mean(r)``), else the p of the lp shrinkage
+    applied to the weight-domain error ``r / s`` (1: soft thresholding).
     Inputs: weight ``[rows, R]``, inverse scale and starting zero point ``[rows, 1]``, ``1 / beta`` per
-    iteration ``[1, unroll]`` (used by the soft threshold only). Outputs: the zero point after every
-    iteration and the summed |r| of every iteration, both ``[unroll, rows]``, and ``min``/``max`` of ``W * s``
-    ``[2, rows]``.
+    iteration ``[1, unroll]`` (used by the shrinkage only). Outputs: the zero point after every iteration and
+    the summed |r| of every iteration, both ``[unroll, rows]``, and ``min``/``max`` of ``W * s`` ``[2, rows]``.
     """
     weight = opset.parameter([rows, group_size], ov.Type.f32, name="weight")
     inverse_scale = opset.parameter([rows, 1], ov.Type.f32, name="inverse_scale")
@@ -550,21 +566,44 @@ def build_sweep_model(rows: int, group_size: int, unroll: int, q_max: float, sof
     axis = opset.constant(np.array([1], dtype=np.int64))
     count = opset.constant(np.float32(group_size))
     scaled = opset.multiply(weight, inverse_scale)
-    thresholds = opset.split(inverse_betas, opset.constant(np.int64(1)), unroll) if soft_threshold else None
+    thresholds = None if shrink_p is None else opset.split(inverse_betas, opset.constant(np.int64(1)), unroll)
     zeros, l1 = [], []
     z: ov.Node = zero
     for t in range(unroll):
         shifted = opset.add(scaled, z)
         residual = opset.subtract(shifted, opset.clamp(opset.round(shifted, "half_to_even"), 0.0, q_max))
         l1.append(opset.reduce_l1(residual, axis, keep_dims=True))
-        if thresholds is not None:
+        if thresholds is not None and shrink_p == 1.0:
             limit = opset.multiply(inverse_scale, thresholds.output(t))
             residual = opset.minimum(opset.maximum(residual, opset.negative(limit)), limit)
+        elif thresholds is not None and shrink_p is not None:
+            z = _shrunk_zero_update(weight, inverse_scale, z, q_max, thresholds.output(t), shrink_p)
+            zeros.append(z)
+            continue
         z = opset.subtract(z, opset.divide(opset.reduce_sum(residual, axis, keep_dims=True), count))
         zeros.append(z)
     extremes = [opset.reduce_min(scaled, axis, keep_dims=True), opset.reduce_max(scaled, axis, keep_dims=True)]
     outputs = [_stack_columns(zeros, rows), _stack_columns(l1, rows), _stack_columns(extremes, rows)]
     return ov.Model(outputs, [weight, inverse_scale, zero, inverse_betas], "hqq_sweep")
+
+
+def _shrunk_zero_update(
+    weight: ov.Node, inverse_scale: ov.Node, z: ov.Node, q_max: float, inverse_beta: ov.Output, p: float
+) -> ov.Node:
+    """One reference iteration with the lp shrinkage, with the reference's own operations and order
+    (``quantize``, ``dequantize``, ``shrink_lp`` on ``W - reconstruction``, ``zero_point_update``)."""
+    codes = opset.clamp(opset.round(opset.add(opset.multiply(weight, inverse_scale), z), "half_to_even"), 0.0, q_max)
+    error = opset.subtract(weight, opset.divide(opset.subtract(codes, z), inverse_scale))
+    magnitude = opset.abs(error)
+    exponent = opset.constant(np.float32(p - 1.0))
+    bound = opset.multiply(
+        opset.power(opset.add(magnitude, opset.constant(np.float32(SHRINK_EPS))), exponent), inverse_beta
+    )
+    shrunk = opset.multiply(
+        opset.sign(error), opset.maximum(opset.subtract(magnitude, bound), opset.constant(np.float32(0.0)))
+    )
+    update = opset.subtract(codes, opset.multiply(opset.subtract(weight, shrunk), inverse_scale))
+    return opset.reduce_mean(update, opset.constant(np.array([1], dtype=np.int64)), keep_dims=True)
 
 
 def _stack_columns(columns: list[ov.Node], rows: int) -> ov.Node:
