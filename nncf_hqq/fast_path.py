@@ -44,12 +44,14 @@ from openvino import opset13 as opset
 from nncf_hqq.parameters import EarlyStopScope
 from nncf_hqq.parameters import HQQParameters
 from nncf_hqq.solver import SHRINK_EPS
+from nncf_hqq.solver import SHRINK_MARGIN
 from nncf_hqq.solver import dequantize
 from nncf_hqq.solver import hqq_solve
 from nncf_hqq.solver import levels_max
 from nncf_hqq.solver import mean_absolute_error
 from nncf_hqq.solver import min_max_init_for_range
 from nncf_hqq.solver import quantize
+from nncf_hqq.solver import shrink_free_bound
 from nncf_hqq.solver import shrink_lp
 from nncf_hqq.solver import zero_point_update
 
@@ -96,8 +98,6 @@ MAX_UNROLLED_ITERATIONS = 20
 SETTLE_CHUNK = 4
 #: Groups needing the lp shrinkage up to which the numpy reference runs instead of a compiled block.
 FEW_GROUPS = 64
-#: Relative safety margin of the test that the lp shrinkage is inactive (f32 rounding is ~1e-7).
-SHRINK_MARGIN = 1.0e-4
 #: Compiled models kept (one per group size, bit width, unroll depth and shrinkage kind).
 CACHE_SIZE = 16
 
@@ -212,25 +212,6 @@ def beta_schedule(params: HQQParameters) -> list[float]:
         betas.append(beta)
         beta *= params.kappa
     return betas
-
-
-def shrink_free_bound(beta: float, p: float) -> float:
-    """Largest |error| ``x`` with ``x <= (x + eps)^(p - 1) / beta``: up to it the lp shrinkage returns 0.
-
-    The left side grows and the right side falls with ``x``, so a bisection finds the crossing.
-    """
-    if p == 1.0:
-        return 1.0 / beta
-    low, high = 0.0, 1.0
-    while high <= (high + SHRINK_EPS) ** (p - 1.0) / beta:
-        high *= 2.0
-    for _ in range(200):
-        middle = 0.5 * (low + high)
-        if middle <= (middle + SHRINK_EPS) ** (p - 1.0) / beta:
-            low = middle
-        else:
-            high = middle
-    return low
 
 
 @dataclasses.dataclass

@@ -9,6 +9,8 @@ functions run on numpy and torch tensors.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from nncf.tensor import Tensor
 from nncf.tensor import TensorDataType
 from nncf.tensor import functions as fns
@@ -23,6 +25,8 @@ MAX_INVERSE_SCALE = 2.0e4
 MAX_ABS_ZERO = 2048.0
 #: Added to |x| before raising it to the negative power p - 1 in the lp shrinkage operator.
 SHRINK_EPS = 1.0e-8
+#: Relative safety margin of the test that the lp shrinkage is inactive (f32 rounding is ~1e-7).
+SHRINK_MARGIN = 1.0e-4
 
 
 def split_into_groups(weight: Tensor, reduction_axis: int, group_size: int) -> tuple[Tensor, int]:
@@ -83,14 +87,38 @@ def dequantize(codes: Tensor, inverse_scale: Tensor, zero: Tensor) -> Tensor:
 def shrink_lp(x: Tensor, beta: float, p: float) -> Tensor:
     """Proximal operator of the lp quasi-norm (generalised soft thresholding) used by HQQ.
 
-    ``sign(x) * max(|x| - |x|^(p-1) / beta, 0)``; for p == 1 this is ordinary soft thresholding.
+    ``sign(x) * max(|x| - |x|^(p-1) / beta, 0)``; for p == 1 this is ordinary soft thresholding. When no element
+    exceeds the shrinkage-free bound (the usual case for LLM weights) the result is all zeros, returned without
+    evaluating the power.
     """
     magnitude = fns.abs(x)
+    if x.size and fns.max(magnitude).item() <= shrink_free_bound(beta, p) * (1.0 - SHRINK_MARGIN):
+        return fns.zeros_like(x)
     if p == 1.0:
         threshold = fns.zeros_like(magnitude) + 1.0 / beta
     else:
         threshold = fns.power(magnitude + SHRINK_EPS, p - 1.0) / beta
     return fns.sign(x) * fns.maximum(magnitude - threshold, 0.0)
+
+
+@lru_cache(maxsize=256)
+def shrink_free_bound(beta: float, p: float) -> float:
+    """Largest |error| ``x`` with ``x <= (x + eps)^(p - 1) / beta``: up to it the lp shrinkage returns 0.
+
+    The left side grows and the right side falls with ``x``, so a bisection finds the crossing.
+    """
+    if p == 1.0:
+        return 1.0 / beta
+    low, high = 0.0, 1.0
+    while high <= (high + SHRINK_EPS) ** (p - 1.0) / beta:
+        high *= 2.0
+    for _ in range(200):
+        middle = 0.5 * (low + high)
+        if middle <= (middle + SHRINK_EPS) ** (p - 1.0) / beta:
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 def weighted_mean(x: Tensor, importance: Tensor | None, axis: int | None) -> Tensor:

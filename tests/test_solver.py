@@ -17,6 +17,7 @@ from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import HQQ_REFERENCE
 from nncf_hqq.parameters import EarlyStopScope
 from nncf_hqq.parameters import HQQParameters
+from nncf_hqq.solver import SHRINK_EPS
 from nncf_hqq.solver import dequantize
 from nncf_hqq.solver import floor_symmetric_scale_to_extremes
 from nncf_hqq.solver import group_squared_error
@@ -28,6 +29,7 @@ from nncf_hqq.solver import optimize_scale_proximal
 from nncf_hqq.solver import quantize
 from nncf_hqq.solver import refine_least_squares
 from nncf_hqq.solver import refine_symmetric_scale
+from nncf_hqq.solver import shrink_free_bound
 from nncf_hqq.solver import shrink_lp
 from nncf_hqq.solver import split_into_groups
 from nncf_hqq.solver import symmetric_codes
@@ -298,3 +300,18 @@ def test_symmetric_hqq_with_preserved_extremes_never_clips_them(seed: int) -> No
         index = np.expand_dims(reduce(grouped.data, axis=axis), axis)
         error = np.abs(np.take_along_axis(reconstruction.data - grouped.data, index, axis))
         assert (error <= 0.5 * np.abs(scale.data) * (1 + 1e-5)).all()
+
+
+@pytest.mark.parametrize(("p", "beta"), [(0.7, 10.0), (0.7, 1.0e3), (0.5, 2.0e4), (1.0, 10.0)], ids=str)
+def test_shrink_lp_shortcut_equals_the_formula(p: float, beta: float) -> None:
+    """Below the shrinkage-free bound ``shrink_lp`` skips the power and returns zeros; the formula gives zeros too,
+    and one element above the bound makes it evaluate the formula again."""
+    bound = shrink_free_bound(beta, p)
+    x = np.linspace(-bound, bound, 101, dtype=np.float32) * np.float32(0.999)
+    magnitude = np.abs(x).astype(np.float64)
+    formula = np.sign(x) * np.maximum(magnitude - (magnitude + SHRINK_EPS) ** (p - 1.0) / beta, 0.0)
+    assert not formula.any()
+    np.testing.assert_array_equal(shrink_lp(Tensor(x), beta, p).data, np.zeros_like(x))
+    wide = np.append(x, np.float32(3.0 * bound + 1.0))
+    shrunk = shrink_lp(Tensor(wide), beta, p).data
+    assert shrunk[-1] > 0.0 and not shrunk[:-1].any()
