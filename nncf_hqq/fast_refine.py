@@ -394,10 +394,7 @@ class _RefinementGraph:
 
     def mean(self, x: ov.Node) -> ov.Node:
         """Per-row (weighted) mean, like ``solver.weighted_mean``."""
-        if self.importance is None:
-            return opset.reduce_mean(x, self.axis, keep_dims=True)
-        weighted_sum = opset.reduce_sum(opset.multiply(x, self.importance), self.axis, keep_dims=True)
-        return opset.divide(weighted_sum, self.total)
+        return self.normalised_sum(self.weighted(x))
 
     def normalised_sum(self, x: ov.Node) -> ov.Node:
         """Per-row mean of ``x``, or, when weighted, the sum of ``x`` (already times the importance) over the
