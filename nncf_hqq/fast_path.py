@@ -32,6 +32,7 @@ import os
 import threading
 from collections.abc import Callable
 from functools import lru_cache
+from typing import cast
 
 import numpy as np
 import openvino as ov
@@ -219,114 +220,178 @@ class _EarlyStopState:
     """The reference loop's state between blocks of iterations, per early-stop unit (tensor or group)."""
 
     best_error: np.ndarray
-    best_zero: np.ndarray
-    zero: np.ndarray
+    best_value: np.ndarray
+    value: np.ndarray
     active: np.ndarray
 
 
-class _ProximalRun:
-    """The proximal loop of one weight: blocks of compiled iterations, then the reference's bookkeeping."""
+#: Runs a chunk of ``SETTLE_CHUNK`` iterations on the picked rows (all: ``slice(None)``) from the given parameter
+#: values: the values ``[K + 1, n]`` (row 0: the start), the summed |error| ``[K, n]`` and an optional extra
+#: per-row output of the first chunk.
+ChunkRunner = Callable[[slice | np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray, np.ndarray | None]]
 
-    def __init__(self, rows: np.ndarray, inverse_scale: np.ndarray, num_bits: int, params: HQQParameters) -> None:
-        self.rows = rows
-        self.inverse_scale = inverse_scale
-        self.num_bits = num_bits
+
+class ProximalReplay:
+    """What the compiled proximal loops share: every group's trajectory of its one free parameter (the zero point,
+    or the scale of symmetric modes) is computed in blocks of iterations, then the reference's early-stop and
+    best-iterate bookkeeping is replayed on the per-iteration errors."""
+
+    def __init__(self, params: HQQParameters, error_factor: np.ndarray) -> None:
+        """:param error_factor: per group, what turns its summed |error| into its mean absolute error in the weight
+        domain."""
         self.params = params
-        self.soft_threshold = params.lp_norm == 1.0
         self.betas = beta_schedule(params)
         blocks = math.ceil(params.iterations / MAX_UNROLLED_ITERATIONS)
         self.unroll = math.ceil(params.iterations / blocks)
-        #: Whether iterations run in chunks that drop the settled groups (hard rounding only, see
-        #: ``settling_trajectories``).
-        self.settling = not self.soft_threshold and self.unroll > SETTLE_CHUNK
-        unroll = SETTLE_CHUNK if self.settling else self.unroll
-        self.sweep = compiled_sweep(rows.shape[1], unroll, num_bits, 1.0 if self.soft_threshold else None)
-        #: 1 / (s * R): turns a group's summed |r| into its mean absolute error in the weight domain.
-        self.error_factor = 1.0 / (inverse_scale.astype(np.float64) * rows.shape[1])
+        self.error_factor = error_factor
 
-    def solve(self, zero: np.ndarray) -> np.ndarray:
-        """Runs all iterations from ``zero`` and returns the zero point the reference would return."""
-        units = 1 if self.params.early_stop_scope == EarlyStopScope.TENSOR else zero.shape[0]
-        state = _EarlyStopState(np.full(units, np.inf), zero.copy(), zero.copy(), np.ones(units, dtype=bool))
-        for start in range(0, self.params.iterations, self.unroll):
-            betas = self.betas[start : start + self.unroll]
-            zeros, l1 = self.trajectories(state.zero, betas)
-            if self.advance(state, zeros, l1, len(betas)):
+    def trajectories(self, start: np.ndarray, betas: list[float]) -> tuple[np.ndarray, np.ndarray]:
+        """Parameter values ``[K + 1, N]`` and summed |error| ``[K, N]`` of ``K = len(betas)`` iterations."""
+        raise NotImplementedError
+
+    def solve(self, start: np.ndarray) -> np.ndarray:
+        """Runs all iterations from ``start`` and returns the values the reference would return."""
+        units = 1 if self.params.early_stop_scope == EarlyStopScope.TENSOR else start.shape[0]
+        state = _EarlyStopState(np.full(units, np.inf), start.copy(), start.copy(), np.ones(units, dtype=bool))
+        for begin in range(0, self.params.iterations, self.unroll):
+            betas = self.betas[begin : begin + self.unroll]
+            values, l1 = self.trajectories(state.value, betas)
+            if self.advance(state, values, l1, len(betas)):
                 break
-        return state.best_zero if self.params.return_best else state.zero
+        return state.best_value if self.params.return_best else state.value
 
-    def trajectories(self, zero: np.ndarray, betas: list[float]) -> tuple[np.ndarray, np.ndarray]:
-        """Zero points ``[K + 1, N]`` and summed |r| ``[K, N]`` (of the scaled residual) of ``K`` iterations."""
-        if not self.settling:
-            inverse_betas = np.zeros(self.unroll, dtype=np.float32)
-            inverse_betas[: len(betas)] = [1.0 / beta for beta in betas]
-            zeros, l1, scaled_range = self.sweep.run(self.rows, self.inverse_scale, zero, inverse_betas)
-            zeros, l1 = zeros[: len(betas) + 1], l1[: len(betas)]
-        else:
-            zeros, l1, scaled_range = self.settling_trajectories(zero, len(betas))
-        if not self.soft_threshold:
-            redo = self.shrinkage_may_act(zeros[:-1], scaled_range, betas)
-            if redo.any():
-                zeros[:, redo], l1[:, redo] = self.shrinking_trajectories(np.flatnonzero(redo), zero[redo], betas)
-        return zeros, l1
+    def settling_trajectories(
+        self, start: np.ndarray, steps: int, run_chunk: ChunkRunner
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """``steps`` iterations of a fixed map of the parameter (hard rounding, shrinkage inactive),
+        ``SETTLE_CHUNK`` at a time, each chunk only on the groups not yet settled; also the extra output of the
+        first chunk.
 
-    def settling_trajectories(self, zero: np.ndarray, steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``steps`` iterations of the hard-rounding update (p < 1, shrinkage inactive), ``SETTLE_CHUNK`` at a
-        time, each chunk only on the groups not yet settled.
-
-        Without shrinkage an iteration is a fixed map of the zero point, ``z -> mean(codes(W * s + z) - W * s)``.
-        Once a group's zero point repeats (``z_t == z_(t-1)``: a fixed point, or ``z_t == z_(t-2)``: a 2-cycle),
-        its remaining trajectory and errors repeat with it and are written without computing them.
+        Once a group's value repeats (``v_t == v_(t-1)``: a fixed point, or ``v_t == v_(t-2)``: a 2-cycle), its
+        remaining trajectory and errors repeat with it and are written without computing them.
         """
-        n = self.rows.shape[0]
-        zeros = np.empty((steps + 1, n), dtype=np.float32)
+        n = start.shape[0]
+        values = np.empty((steps + 1, n), dtype=np.float32)
         l1 = np.empty((steps, n), dtype=np.float32)
-        zeros[0] = zero
-        scaled_range = np.empty((2, n), dtype=np.float32)
+        values[0] = start
+        extra = None
         active = np.arange(n)
         done = 0
         while done < steps and active.size:
-            whole = active.size == n
-            rows, picked = (self.rows, slice(None)) if whole else (self.rows[active], active)
-            chunk_zeros, chunk_l1, chunk_range = self.sweep.run(
-                rows, self.inverse_scale[picked], zeros[done, picked], np.zeros(SETTLE_CHUNK, dtype=np.float32)
-            )
+            picked = slice(None) if active.size == n else active
+            chunk_values, chunk_l1, chunk_extra = run_chunk(picked, values[done, picked])
             count = min(SETTLE_CHUNK, steps - done)
-            zeros[done + 1 : done + count + 1, picked] = chunk_zeros[1 : count + 1]
+            values[done + 1 : done + count + 1, picked] = chunk_values[1 : count + 1]
             l1[done : done + count, picked] = chunk_l1[:count]
             if done == 0:
-                scaled_range[:] = chunk_range
+                extra = chunk_extra
             done += count
             if done < steps:  # done >= SETTLE_CHUNK >= 2 here
-                active = active[~self.settle(zeros, l1, active, done)]
-        return zeros, l1, scaled_range
+                active = active[~self.settle(values, l1, active, done)]
+        return values, l1, extra
 
     @staticmethod
-    def settle(zeros: np.ndarray, l1: np.ndarray, active: np.ndarray, done: int) -> np.ndarray:
-        """Marks (and completes the trajectories of) the ``active`` groups whose zero point repeats after
-        ``done`` iterations: constant from a fixed point on, alternating from a 2-cycle on.
+    def settle(values: np.ndarray, l1: np.ndarray, active: np.ndarray, done: int) -> np.ndarray:
+        """Marks (and completes the trajectories of) the ``active`` groups whose value repeats after ``done``
+        iterations: constant from a fixed point on, alternating from a 2-cycle on.
 
         When every group is active, whole steps are written at once (also for the groups that have not settled:
         the next chunk overwrites theirs); otherwise only the settled groups' entries."""
-        whole = active.size == zeros.shape[1]
+        whole = active.size == values.shape[1]
         picked = slice(None) if whole else active
-        last, previous = zeros[done, picked], zeros[done - 1, picked]
+        last, previous = values[done, picked], values[done - 1, picked]
         fixed = last == previous
-        cycle = ~fixed & (last == zeros[done - 2, picked])
+        cycle = ~fixed & (last == values[done - 2, picked])
         steps = l1.shape[0]
         if whole:  # every tail constant, then the 2-cycles' every other step
-            zeros[done + 1 :] = last
+            values[done + 1 :] = last
             l1[done:] = l1[done - 1]
             rows = np.flatnonzero(cycle)
-            zeros[done + 1 :: 2, rows] = previous[rows]
+            values[done + 1 :: 2, rows] = previous[rows]
             l1[done::2, rows] = l1[done - 2, rows]
             return fixed | cycle
         for rows, period in ((active[fixed], 1), (active[cycle], 2)):
             for t in range(done + 1, steps + 1):
-                zeros[t, rows] = zeros[t - period, rows]
+                values[t, rows] = values[t - period, rows]
             for t in range(done, steps):
                 l1[t, rows] = l1[t - period, rows]
         return fixed | cycle
+
+    def advance(self, state: _EarlyStopState, values: np.ndarray, l1: np.ndarray, steps: int) -> bool:
+        """Replays the reference's early-stop/best-iterate updates for ``steps`` iterations.
+
+        Only the indices of the best and of the current iterate are tracked per unit; the values are gathered
+        once at the end.
+
+        :return: True when the reference would have stopped (every unit inactive).
+        """
+        units = state.active.shape[0]
+        best_step, current_step = np.full(units, -1), np.full(units, -1)
+        stopped = False
+        for t in range(steps):
+            error = self.mean_absolute_errors(l1[t], units)
+            improved = (error < state.best_error) & state.active
+            state.best_error = np.where(improved, error, state.best_error)
+            best_step = np.where(improved, t, best_step)
+            current_step = np.where(state.active, t + 1, current_step)
+            if self.params.early_stop:
+                state.active = improved
+                if not state.active.any():
+                    stopped = True
+                    break
+        state.best_value = _pick(values, best_step, state.best_value)
+        state.value = _pick(values, current_step, state.value)
+        return stopped
+
+    def mean_absolute_errors(self, l1: np.ndarray, units: int) -> np.ndarray:
+        """One iteration's mean absolute error in the weight domain: of the whole tensor (``units == 1``) or
+        of every group, from the groups' summed |error| (in float64, one iteration at a time)."""
+        errors = l1 * self.error_factor  # no BLAS call: its threads would compete with OpenVINO's
+        return np.array([errors.mean()]) if units == 1 else errors
+
+
+class _ProximalRun(ProximalReplay):
+    """The zero-point loop of one weight: blocks of compiled iterations, then the reference's bookkeeping."""
+
+    def __init__(self, rows: np.ndarray, inverse_scale: np.ndarray, num_bits: int, params: HQQParameters) -> None:
+        # 1 / (s * R): turns a group's summed |r| (scaled domain) into its mean absolute error in the weight domain.
+        super().__init__(params, 1.0 / (inverse_scale.astype(np.float64) * rows.shape[1]))
+        self.rows = rows
+        self.inverse_scale = inverse_scale
+        self.num_bits = num_bits
+        self.soft_threshold = params.lp_norm == 1.0
+        #: Whether iterations run in chunks that drop the settled groups (hard rounding only, see
+        #: ``ProximalReplay.settling_trajectories``).
+        self.settling = not self.soft_threshold and self.unroll > SETTLE_CHUNK
+        unroll = SETTLE_CHUNK if self.settling else self.unroll
+        self.sweep = compiled_sweep(rows.shape[1], unroll, num_bits, 1.0 if self.soft_threshold else None)
+
+    def trajectories(self, start: np.ndarray, betas: list[float]) -> tuple[np.ndarray, np.ndarray]:
+        """Zero points ``[K + 1, N]`` and summed |r| ``[K, N]`` (of the scaled residual) of ``K`` iterations."""
+        if not self.settling:
+            inverse_betas = np.zeros(self.unroll, dtype=np.float32)
+            inverse_betas[: len(betas)] = [1.0 / beta for beta in betas]
+            zeros, l1, scaled_range = self.sweep.run(self.rows, self.inverse_scale, start, inverse_betas)
+            zeros, l1 = zeros[: len(betas) + 1], l1[: len(betas)]
+        else:
+            zeros, l1, scaled_range = self.hard_rounding_trajectories(start, len(betas))
+        if not self.soft_threshold:
+            redo = self.shrinkage_may_act(zeros[:-1], scaled_range, betas)
+            if redo.any():
+                zeros[:, redo], l1[:, redo] = self.shrinking_trajectories(np.flatnonzero(redo), start[redo], betas)
+        return zeros, l1
+
+    def hard_rounding_trajectories(self, zero: np.ndarray, steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The hard-rounding update ``z -> mean(codes(W * s + z) - W * s)`` for ``steps`` iterations, settled
+        groups leaving (see ``ProximalReplay.settling_trajectories``); also ``min``/``max`` of ``W * s``."""
+        no_betas = np.zeros(SETTLE_CHUNK, dtype=np.float32)
+
+        def run_chunk(picked: slice | np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            rows = self.rows if isinstance(picked, slice) else self.rows[picked]
+            return self.sweep.run(rows, self.inverse_scale[picked], start, no_betas)
+
+        zeros, l1, scaled_range = super().settling_trajectories(zero, steps, run_chunk)
+        return zeros, l1, cast(np.ndarray, scaled_range)  # the first chunk always runs
 
     def shrinkage_may_act(self, zeros: np.ndarray, scaled_range: np.ndarray, betas: list[float]) -> np.ndarray:
         """Groups where, in some iteration, an element's error might exceed the shrinkage-free bound.
@@ -373,38 +438,6 @@ class _ProximalRun:
             z = zero_point_update(weight, codes, shrunk, inverse_scale, 1)
             zeros.append(z.data[:, 0])
         return np.stack(zeros), (np.stack(errors) / self.error_factor[groups]).astype(np.float32)
-
-    def advance(self, state: _EarlyStopState, zeros: np.ndarray, l1: np.ndarray, steps: int) -> bool:
-        """Replays the reference's early-stop/best-iterate updates for ``steps`` iterations.
-
-        Only the indices of the best and of the current iterate are tracked per unit; the zero points are
-        gathered once at the end.
-
-        :return: True when the reference would have stopped (every unit inactive).
-        """
-        units = state.active.shape[0]
-        best_step, current_step = np.full(units, -1), np.full(units, -1)
-        stopped = False
-        for t in range(steps):
-            error = self.mean_absolute_errors(l1[t], units)
-            improved = (error < state.best_error) & state.active
-            state.best_error = np.where(improved, error, state.best_error)
-            best_step = np.where(improved, t, best_step)
-            current_step = np.where(state.active, t + 1, current_step)
-            if self.params.early_stop:
-                state.active = improved
-                if not state.active.any():
-                    stopped = True
-                    break
-        state.best_zero = _pick(zeros, best_step, state.best_zero)
-        state.zero = _pick(zeros, current_step, state.zero)
-        return stopped
-
-    def mean_absolute_errors(self, l1: np.ndarray, units: int) -> np.ndarray:
-        """One iteration's mean absolute error in the weight domain: of the whole tensor (``units == 1``) or
-        of every group, from the groups' summed |r| (in float64, one iteration at a time)."""
-        errors = l1 * self.error_factor  # no BLAS call: its threads would compete with OpenVINO's
-        return np.array([errors.mean()]) if units == 1 else errors
 
 
 def _pick(zeros: np.ndarray, step: np.ndarray, previous: np.ndarray) -> np.ndarray:

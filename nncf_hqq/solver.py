@@ -402,9 +402,15 @@ def signed_levels(num_bits: int) -> tuple[float, float]:
 def symmetric_init(weight: Tensor, axis: int, num_bits: int) -> Tensor:
     """NNCF's signed scale (convention ``W ~ q * scale``): the larger-magnitude end of the group maps to code
     ``-2^(b-1)``, so the scale is negative when the maximum outweighs the minimum's magnitude."""
+    return symmetric_init_for_range(
+        fns.min(weight, axis=axis, keepdims=True), fns.max(weight, axis=axis, keepdims=True), num_bits
+    )
+
+
+def symmetric_init_for_range(w_min: Tensor, w_max: Tensor, num_bits: int) -> Tensor:
+    """``symmetric_init`` from every group's minimum and maximum weight."""
     low, _ = signed_levels(num_bits)
-    w_abs_min = fns.abs(fns.min(weight, axis=axis, keepdims=True))
-    w_max = fns.max(weight, axis=axis, keepdims=True)
+    w_abs_min = fns.abs(w_min)
     scale = fns.where(w_abs_min >= w_max, w_abs_min, -w_max) / -low
     eps = float(fns.finfo(scale).eps)
     return fns.where(fns.abs(scale) < eps, eps, scale)
@@ -420,14 +426,24 @@ def floor_symmetric_scale_to_extremes(weight: Tensor, scale: Tensor, axis: int, 
     """Raises ``|scale|`` where needed so that each group's min and max land within half a step of the code
     range ``[-2^(b-1), 2^(b-1) - 1]``, i.e. are never clipped (the sign of the scale says which end of the group
     takes the negative codes). The symmetric counterpart of ``cap_inverse_scale_to_extremes``."""
+    w_min = fns.min(weight, axis=axis, keepdims=True)
+    w_max = fns.max(weight, axis=axis, keepdims=True)
+    return signed_magnitude(scale, fns.maximum(fns.abs(scale), symmetric_scale_floor(w_min, w_max, scale, num_bits)))
+
+
+def symmetric_scale_floor(w_min: Tensor, w_max: Tensor, scale: Tensor, num_bits: int) -> Tensor:
+    """The smallest ``|scale|`` that clips neither end of a group with this minimum and maximum, for a scale of
+    this sign (which says the end that maps to negative codes)."""
     low, high = signed_levels(num_bits)
-    w_min = fns.abs(fns.min(weight, axis=axis, keepdims=True))
-    w_max = fns.abs(fns.max(weight, axis=axis, keepdims=True))
-    negative_end = fns.where(scale > 0.0, w_min, w_max)  # the end that maps to negative codes
+    w_min, w_max = fns.abs(w_min), fns.abs(w_max)
+    negative_end = fns.where(scale > 0.0, w_min, w_max)
     positive_end = fns.where(scale > 0.0, w_max, w_min)
-    floor = fns.maximum(negative_end / (-low + 0.5), positive_end / (high + 0.5))
-    magnitude = fns.maximum(fns.abs(scale), floor)
-    return fns.where(scale < 0.0, -magnitude, magnitude)
+    return fns.maximum(negative_end / (-low + 0.5), positive_end / (high + 0.5))
+
+
+def signed_magnitude(sign_of: Tensor, magnitude: Tensor) -> Tensor:
+    """``magnitude`` with the sign of ``sign_of`` (positive where it is 0)."""
+    return fns.where(sign_of < 0.0, -magnitude, magnitude)
 
 
 def optimize_scale_proximal(

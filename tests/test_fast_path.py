@@ -375,6 +375,6 @@ def test_settling_sweep_equals_the_full_sweep(shape: tuple[int, ...], group_size
     full = fast_path.compiled_sweep(rows.shape[1], 20, 4, None).run(rows, s, z, np.zeros(20, dtype=np.float32))
     repeats = full[0][4] == full[0][3]
     assert repeats.any() and not repeats.all()  # some groups leave after the first chunk, some stay
-    settled = run.settling_trajectories(z, 20)
+    settled = run.hard_rounding_trajectories(z, 20)
     for got, expected in zip(settled, full, strict=True):
         np.testing.assert_array_equal(got, expected)
