@@ -124,6 +124,13 @@ def hqq_parameters(method: str) -> Any:
     return HQQ_DEFAULT if method == "hqq" else HQQParameters()
 
 
+def compression_mode(case: Case) -> Any:
+    """NNCF's mode of a case: ``int{bits}_asym``, or ``int{bits}_sym`` for a symmetric case."""
+    import nncf
+
+    return nncf.CompressWeightsMode(f"int{case['bits']}_{'sym' if case.get('symmetric') else 'asym'}")
+
+
 def model_operation(case: Case) -> tuple[Callable[[], Any], Callable[[], Any]]:
     """(prepare, run) for a whole-model ``nncf.compress_weights`` case."""
     import nncf
@@ -145,8 +152,7 @@ def model_operation(case: Case) -> tuple[Callable[[], Any], Callable[[], Any]]:
         def build() -> Any:
             return one_matmul_model(case["size"])
 
-    mode = nncf.CompressWeightsMode.INT4_ASYM if case["bits"] == 4 else nncf.CompressWeightsMode.INT8_ASYM
-    options: dict[str, Any] = {"mode": mode}
+    options: dict[str, Any] = {"mode": compression_mode(case)}
     if case["method"] != "rtn":
         options.update(hqq=True, hqq_params=hqq_parameters(case["method"]))
     if case["bits"] == 4:
@@ -176,7 +182,6 @@ def weight_operation(case: Case) -> tuple[Callable[[], Any], Callable[[], Any]]:
         return lambda: None, lambda: Quantizer.quantize(
             tensor, nbits=bits, group_size=group_size, axis=1, optimize=True, bitpack=False, device="cpu"
         )
-    import nncf
     import openvino as ov
     from nncf.quantization.algorithms.weight_compression.config import WeightCompressionConfig
     from nncf.quantization.algorithms.weight_compression.weight_lowering import compress_weight
@@ -187,7 +192,7 @@ def weight_operation(case: Case) -> tuple[Callable[[], Any], Callable[[], Any]]:
     from nncf_hqq.solver import hqq_solve
     from nncf_hqq.solver import split_into_groups
 
-    mode = nncf.CompressWeightsMode.INT4_ASYM if bits == 4 else nncf.CompressWeightsMode.INT8_ASYM
+    mode = compression_mode(case)
     config = WeightCompressionConfig(mode=mode, group_size=group_size)
     weight = Tensor(ov.Tensor(values))  # what NNCF's OpenVINO backend hands to the compression step
     if case["kind"] == "solver":
@@ -230,30 +235,38 @@ def hqq_library_available() -> bool:
 def build_cases(args: argparse.Namespace) -> list[Case]:
     size = 1024 if args.quick else 4096
     repeats = args.repeats
-    configs = [(4, 128), (8, 128)] if args.quick else [(4, 128), (4, 64), (8, 128), (8, 64)]
+    configs = (
+        [(4, 128, False), (8, 128, False)]
+        if args.quick
+        else [(4, 128, False), (4, 64, False), (8, 128, False), (8, 64, False)]
+    )
+    configs += [(4, 128, True), (8, 128, True)]
     cases: list[Case] = []
-    for bits, group_size in configs:
-        group = f"weight {size}x{size} int{bits} g{group_size}"
+    for bits, group_size, symmetric in configs:
+        kind_name = "sym" if symmetric else "asym"
+        group = f"weight {size}x{size} int{bits}_{kind_name} g{group_size}"
         common = {"size": size, "bits": bits, "group_size": group_size, "repeats": repeats, "group": group}
-        common["rounds"] = args.rounds
+        common.update(rounds=args.rounds, symmetric=symmetric)
         # the reference and the hqq library: one process, one warm call
         slow = {**common, "repeats": min(repeats, 2), "rounds": 1}
         for kind, label, methods in (
             ("model", "compress_weights", HQQ_METHODS if bits == 4 else []),
             ("weight", "compress step", HQQ_METHODS),
-            ("solver", "bare solver", HQQ_METHODS[2:]),
+            ("solver", "bare solver", [] if symmetric else HQQ_METHODS[2:]),
         ):
             for m in methods:
                 base = slow if m.endswith("_reference") else common
                 cases.append({**base, "kind": kind, "method": m, "label": f"{label}: {METHODS[m]}"})
-        if not args.no_hqq_lib:
+        if not args.no_hqq_lib and not symmetric:
             cases.append({**slow, "kind": "weight", "method": "hqq_lib", "label": "hqq library 0.2.8 (torch CPU)"})
     cases += stack_cases(args)
     smollm = find_smollm_ir()
     if smollm is not None and not args.quick:
-        common = {"kind": "smollm", "path": str(smollm), "bits": 4, "group_size": 64, "repeats": 1, "rounds": 1}
-        common["group"] = "SmolLM2-135M IR, int4 g64 (ratio 1, NNCF defaults otherwise)"
-        cases += [{**common, "method": m, "label": f"compress_weights: {METHODS[m]}"} for m in HQQ_METHODS]
+        for symmetric in (False, True):
+            mode = "int4_sym" if symmetric else "int4"
+            common = {"kind": "smollm", "path": str(smollm), "bits": 4, "group_size": 64, "repeats": 1, "rounds": 1}
+            common.update(symmetric=symmetric, group=f"SmolLM2-135M IR, {mode} g64 (ratio 1, NNCF defaults otherwise)")
+            cases += [{**common, "method": m, "label": f"compress_weights: {METHODS[m]}"} for m in HQQ_METHODS]
     return cases
 
 

@@ -15,19 +15,17 @@ from nncf.tensor import functions as fns
 
 from nncf_hqq import fast_path
 from nncf_hqq import fast_refine
+from nncf_hqq import fast_symmetric
 from nncf_hqq._nncf_glue import CompressedWeight
 from nncf_hqq._nncf_glue import WeightCompressionConfig
 from nncf_hqq._nncf_glue import WeightCompressionParameters
-from nncf_hqq.conversion import stored_group_error
 from nncf_hqq.conversion import to_compressed_weight
 from nncf_hqq.conversion import to_symmetric_compressed_weight
 from nncf_hqq.parameters import AttentionRole
 from nncf_hqq.parameters import HQQParameters
 from nncf_hqq.parameters import Importance
 from nncf_hqq.solver import hqq_solve
-from nncf_hqq.solver import optimize_scale_proximal
 from nncf_hqq.solver import refine_scale_on_activations
-from nncf_hqq.solver import refine_symmetric_scale
 from nncf_hqq.solver import rtn_scale_zero_point
 from nncf_hqq.solver import split_into_groups
 from nncf_hqq.solver import symmetric_init
@@ -179,24 +177,10 @@ class HQQ:
     def compress_symmetric(
         self, grouped: Tensor, axis: int, bits: int, weights: Tensor | None, role: AttentionRole | None
     ) -> CompressedWeight:
-        """Symmetric HQQ: the proximal loop (and refinement) over the scale, guarded by NNCF's symmetric RTN."""
-        rtn_scale = symmetric_init(grouped, axis, bits)
+        """Symmetric HQQ (``nncf_hqq.fast_symmetric``), or NNCF's symmetric RTN for a role in ``rtn_roles``."""
         if self.keeps_rtn(role):
-            return to_symmetric_compressed_weight(grouped, rtn_scale, bits)
-        scale = optimize_scale_proximal(grouped, rtn_scale, axis, bits, self.params, weights)
-        if self.params.refine_rounds:
-            scale = refine_symmetric_scale(
-                grouped, scale, axis, bits, self.params.refine_rounds, weights, self.params.preserve_extremes
-            )
-        result = to_symmetric_compressed_weight(grouped, scale, bits)
-        if self.params.rtn_guard:
-            rtn = to_symmetric_compressed_weight(grouped, rtn_scale, bits)
-            errors = (stored_group_error(grouped, c, axis, weights) for c in (result, rtn))
-            better = next(errors) <= next(errors)
-            result = CompressedWeight(
-                fns.where(better, result.tensor, rtn.tensor), fns.where(better, result.scale, rtn.scale), None
-            )
-        return result
+            return to_symmetric_compressed_weight(grouped, symmetric_init(grouped, axis, bits), bits)
+        return fast_symmetric.compress(grouped, axis, bits, self.params, weights)
 
     def compress_on_activations(
         self,

@@ -133,15 +133,15 @@ def finish_compiled(
     importance: Tensor | None = None,
 ) -> CompressedWeight:
     """The compiled ``finish`` itself (no dispatch); same contract as ``finish_reference``."""
-    weight = Tensor(_numpy_f32(grouped))
+    weight = Tensor(numpy_f32(grouped))
     axis = axis % weight.ndim
-    shape = _numpy_f32(inverse_scale).shape
+    shape = numpy_f32(inverse_scale).shape
     rows = fast_path.as_rows(weight.data, axis)
-    row_importance = None if importance is None else RowImportance.of(_numpy_f32(importance), shape, axis)
+    row_importance = None if importance is None else RowImportance.of(numpy_f32(importance), shape, axis)
     block = fast_path.rows_per_block(rows.shape[1])
     if row_importance is not None:
         block = row_importance.block_rows(block)
-    columns = np.stack([fast_path.as_rows(_numpy_f32(t), axis)[:, 0] for t in (inverse_scale, zero)], axis=1)
+    columns = np.stack([fast_path.as_rows(numpy_f32(t), axis)[:, 0] for t in (inverse_scale, zero)], axis=1)
     integer_zero_point = is_integer_zero_point(params)
     weighted = row_importance is not None
     refinement = compiled_refinement(
@@ -173,7 +173,8 @@ def finish_compiled(
     return CompressedWeight(contiguous(codes), contiguous(scale), contiguous(zero_point))
 
 
-def _numpy_f32(tensor: Tensor) -> np.ndarray:
+def numpy_f32(tensor: Tensor) -> np.ndarray:
+    """The data of a numpy or OpenVINO tensor as a float32 numpy array."""
     data = tensor.as_numpy_tensor().data if tensor.backend == TensorBackend.ov else tensor.data
     return np.asarray(data, dtype=np.float32)
 
@@ -223,8 +224,8 @@ class CompiledRows:
     """A compiled model over blocks of ``rows_per_block`` rows, run on all cores.
 
     Its inputs are the weight rows ``[B, R]``, per-row parameters ``[B, k]`` and, when ``weighted``, the
-    importance rows ``[B, R]``; its first output is ``[m, B]`` (``m`` values per row), an optional second one uint8
-    codes ``[B, R]``.
+    importance rows ``[B, R]``; its first output is ``[m, B]`` (``m`` values per row), an optional second one codes
+    ``[B, R]`` (uint8 or int8).
     """
 
     def __init__(self, model: ov.Model, rows_per_block: int, weighted: bool) -> None:
@@ -233,18 +234,29 @@ class CompiledRows:
         self.weighted = weighted
         self.outputs = self.runner.output_rows(0)
         self.emits_codes = len(self.runner.compiled.outputs) > 1
+        #: Element type of the codes output (uint8 or int8).
+        self.codes_dtype = self.runner.compiled.output(1).get_element_type().to_dtype() if self.emits_codes else None
 
     def run(self, rows: np.ndarray, columns: np.ndarray, importance: RowImportance | None) -> np.ndarray:
         """The model's per-row values ``[m, N]`` for weight rows ``[N, R]`` and per-row parameters ``[N, k]``."""
-        return self.run_with_codes(rows, columns, importance)[0]
+        return self._run(rows, columns, importance)[0]
 
     def run_with_codes(
         self, rows: np.ndarray, columns: np.ndarray, importance: RowImportance | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``run``, plus the model's second output, the codes ``[N, R]`` (for a model that has one)."""
+        result, codes = self._run(rows, columns, importance)
+        if codes is None:
+            msg = "This compiled model has no codes output."
+            raise ValueError(msg)
+        return result, codes
+
+    def _run(
+        self, rows: np.ndarray, columns: np.ndarray, importance: RowImportance | None
     ) -> tuple[np.ndarray, np.ndarray | None]:
-        """``run``, plus the model's second output, uint8 codes ``[N, R]``, when it has one (else None)."""
         n, c = rows.shape[0], self.rows_per_block
         result = np.empty((self.outputs, n), dtype=np.float32)
-        codes = np.empty(rows.shape, dtype=np.uint8) if self.emits_codes else None
+        codes = np.empty(rows.shape, dtype=self.codes_dtype) if self.emits_codes else None
         columns = np.ascontiguousarray(columns, dtype=np.float32)
 
         def inputs_at(begin: int) -> list[np.ndarray]:
@@ -279,7 +291,7 @@ def compiled_guard(block: int, group_size: int, num_bits: int, weighted: bool) -
     return CompiledRows(build_guard_model(block, group_size, levels_max(num_bits), weighted), block, weighted)
 
 
-def _block_parameters(
+def block_parameters(
     rows: int, group_size: int, columns: int, weighted: bool
 ) -> tuple[list[ov.Node], ov.Node, list[ov.Node], ov.Node | None]:
     """The inputs of a ``CompiledRows`` model: the parameters, the weight, the per-row columns (split, each
@@ -295,7 +307,7 @@ def _block_parameters(
     return parameters, weight, [split.output(i) for i in range(columns)], importance
 
 
-def _rows_result(values: list[ov.Node], rows: int) -> ov.Node:
+def rows_result(values: list[ov.Node], rows: int) -> ov.Node:
     """``[rows, 1]`` values to one ``[len(values), rows]`` result."""
     shape = opset.constant(np.array([1, rows], dtype=np.int64))
     return opset.result(opset.concat([opset.reshape(v, shape, special_zero=False) for v in values], 0))
@@ -315,8 +327,8 @@ def build_refinement_model(
     Per-row input columns: the inverse scale and zero point. Output ``[4, rows]``: the best inverse scale and
     zero point, and the minimum and maximum weight of every row.
     """
-    parameters, weight, (s, z), importance = _block_parameters(rows, group_size, 2, weighted)
-    graph = _RefinementGraph(weight, importance, q_max)
+    parameters, weight, (s, z), importance = block_parameters(rows, group_size, 2, weighted)
+    graph = RefinementGraph(weight, importance, q_max)
 
     def project(s: ov.Node, z: ov.Node) -> ov.Node:
         return graph.cap_to_extremes(s, z) if preserve_extremes else s
@@ -333,7 +345,7 @@ def build_refinement_model(
         better = opset.less(moments.error, best_error)
         best_s, best_z = opset.select(better, s, best_s), opset.select(better, z, best_z)
         best_error = opset.select(better, moments.error, best_error)
-    return ov.Model([_rows_result([best_s, best_z, graph.w_min, graph.w_max], rows)], parameters, "hqq_refinement")
+    return ov.Model([rows_result([best_s, best_z, graph.w_min, graph.w_max], rows)], parameters, "hqq_refinement")
 
 
 def build_guard_model(rows: int, group_size: int, q_max: float, weighted: bool) -> ov.Model:
@@ -344,11 +356,11 @@ def build_guard_model(rows: int, group_size: int, q_max: float, weighted: bool) 
     stored). Outputs: ``[2, rows]``, the error of each set, like ``conversion.stored_group_error``; uint8 codes
     ``[rows, group_size]`` (``conversion.encode``) of the first set where its error is not larger, else of the second.
     """
-    parameters, weight, columns, importance = _block_parameters(rows, group_size, 4, weighted)
-    graph = _RefinementGraph(weight, importance, q_max)
+    parameters, weight, columns, importance = block_parameters(rows, group_size, 4, weighted)
+    graph = RefinementGraph(weight, importance, q_max)
     (first, first_error), (second, second_error) = (graph.stored_codes_and_error(*columns[i : i + 2]) for i in (0, 2))
     codes = opset.select(opset.less_equal(first_error, second_error), first, second)
-    errors = _rows_result([first_error, second_error], rows)
+    errors = rows_result([first_error, second_error], rows)
     return ov.Model([errors, opset.result(opset.convert(codes, ov.Type.u8))], parameters, "hqq_guard")
 
 
@@ -365,15 +377,36 @@ class _Moments:
     error: ov.Node
 
 
-class _RefinementGraph:
+class RowMeans:
+    """Per-row (importance-weighted) means over one block ``[rows, R]``, as OpenVINO nodes."""
+
+    def __init__(self, weight: ov.Node, importance: ov.Node | None) -> None:
+        self.weight = weight
+        self.importance = importance
+        self.axis = opset.constant(np.array([1], dtype=np.int64))
+        self.total = None if importance is None else opset.reduce_sum(importance, self.axis, keep_dims=True)
+
+    def mean(self, x: ov.Node) -> ov.Node:
+        """Per-row (weighted) mean, like ``solver.weighted_mean``."""
+        return self.normalised_sum(self.weighted(x))
+
+    def normalised_sum(self, x: ov.Node) -> ov.Node:
+        """Per-row mean of ``x``, or, when weighted, the sum of ``x`` (already times the importance) over the
+        importance's sum."""
+        if self.importance is None:
+            return opset.reduce_mean(x, self.axis, keep_dims=True)
+        return opset.divide(opset.reduce_sum(x, self.axis, keep_dims=True), self.total)
+
+    def weighted(self, x: ov.Node) -> ov.Node:
+        return x if self.importance is None else opset.multiply(x, self.importance)
+
+
+class RefinementGraph(RowMeans):
     """The operations of ``refine_least_squares`` on one block, as OpenVINO nodes."""
 
     def __init__(self, weight: ov.Node, importance: ov.Node | None, q_max: float) -> None:
-        self.weight = weight
-        self.importance = importance
+        super().__init__(weight, importance)
         self.q_max = q_max
-        self.axis = opset.constant(np.array([1], dtype=np.int64))
-        self.total = None if importance is None else opset.reduce_sum(importance, self.axis, keep_dims=True)
         self.w_min = opset.reduce_min(weight, self.axis, keep_dims=True)
         self.w_max = opset.reduce_max(weight, self.axis, keep_dims=True)
 
@@ -391,20 +424,6 @@ class _RefinementGraph:
         )
         cap = opset.minimum(upper, lower)
         return opset.select(opset.greater(cap, zero), opset.minimum(s, cap), s)
-
-    def mean(self, x: ov.Node) -> ov.Node:
-        """Per-row (weighted) mean, like ``solver.weighted_mean``."""
-        return self.normalised_sum(self.weighted(x))
-
-    def normalised_sum(self, x: ov.Node) -> ov.Node:
-        """Per-row mean of ``x``, or, when weighted, the sum of ``x`` (already times the importance) over the
-        importance's sum."""
-        if self.importance is None:
-            return opset.reduce_mean(x, self.axis, keep_dims=True)
-        return opset.divide(opset.reduce_sum(x, self.axis, keep_dims=True), self.total)
-
-    def weighted(self, x: ov.Node) -> ov.Node:
-        return x if self.importance is None else opset.multiply(x, self.importance)
 
     @functools.cached_property
     def mean_weight(self) -> ov.Node:

@@ -446,6 +446,40 @@ def signed_magnitude(sign_of: Tensor, magnitude: Tensor) -> Tensor:
     return fns.where(sign_of < 0.0, -magnitude, magnitude)
 
 
+def least_squares_symmetric_scale(
+    codes: Tensor, target: Tensor, scale: Tensor, axis: int, importance: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """Per group the scale ``<q, T> / <q, q>`` minimising ``||T - q * scale||^2`` for fixed codes, and the mask of
+    the groups where it is usable: ``<q, q> > 0`` and the sign of the current ``scale``."""
+    numerator = weighted_mean(codes * target, importance, axis)
+    denominator = weighted_mean(codes * codes, importance, axis)
+    valid = (denominator > 0.0) & (numerator * scale > 0.0)
+    return numerator / fns.where(valid, denominator, 1.0), valid
+
+
+def scale_proximal_step(
+    weight: Tensor,
+    scale: Tensor,
+    axis: int,
+    error_axis: int | None,
+    num_bits: int,
+    beta: float,
+    params: HQQParameters,
+    importance: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """One iteration of ``optimize_scale_proximal`` without its bookkeeping: the mean absolute error of ``scale``
+    (per group, or of the tensor with ``error_axis=None``) and the next scale (invalid updates keep the current
+    scale; floored to the extremes with ``params.preserve_extremes``)."""
+    codes = symmetric_codes(weight, scale, num_bits)
+    error = mean_absolute_error(weight, codes * scale, error_axis, importance)
+    target = weight - shrink_lp(weight - codes * scale, beta, params.lp_norm)
+    update, valid = least_squares_symmetric_scale(codes, target, scale, axis, importance)
+    update = fns.where(valid, update, scale)
+    if params.preserve_extremes:
+        update = floor_symmetric_scale_to_extremes(weight, update, axis, num_bits)
+    return error, update
+
+
 def optimize_scale_proximal(
     weight: Tensor, scale: Tensor, axis: int, num_bits: int, params: HQQParameters, importance: Tensor | None = None
 ) -> Tensor:
@@ -460,16 +494,9 @@ def optimize_scale_proximal(
     best_error = mean_absolute_error(weight, weight, error_axis) + float("inf")
     best_scale, active = scale, fns.zeros_like(best_error) == 0.0
     for _ in range(params.iterations):
-        codes = symmetric_codes(weight, scale, num_bits)
-        error = mean_absolute_error(weight, codes * scale, error_axis, importance)
+        error, update = scale_proximal_step(weight, scale, axis, error_axis, num_bits, beta, params, importance)
         improved, best_error, best_scale = keep_best(error, best_error, scale, best_scale, active)
-        target = weight - shrink_lp(weight - codes * scale, beta, params.lp_norm)
-        numerator = weighted_mean(codes * target, importance, axis)
-        denominator = weighted_mean(codes * codes, importance, axis)
-        valid = (denominator > 0.0) & (numerator * scale > 0.0) & active
-        scale = fns.where(valid, numerator / fns.where(valid, denominator, 1.0), scale)
-        if params.preserve_extremes:
-            scale = floor_symmetric_scale_to_extremes(weight, scale, axis, num_bits)
+        scale = fns.where(active, update, scale)
         beta *= params.kappa
         if params.early_stop:
             active = improved
@@ -500,10 +527,8 @@ def refine_symmetric_scale(
     best, best_error = scale, group_error(scale)
     for _ in range(rounds):
         codes = symmetric_codes(weight, scale, num_bits)
-        numerator = weighted_mean(codes * weight, importance, axis)
-        denominator = weighted_mean(codes * codes, importance, axis)
-        valid = (denominator > 0.0) & (numerator * scale > 0.0)
-        scale = fns.where(valid, numerator / fns.where(valid, denominator, 1.0), scale)
+        update, valid = least_squares_symmetric_scale(codes, weight, scale, axis, importance)
+        scale = fns.where(valid, update, scale)
         if preserve_extremes:
             scale = floor_symmetric_scale_to_extremes(weight, scale, axis, num_bits)
         error = group_error(scale)
