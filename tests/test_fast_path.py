@@ -17,10 +17,10 @@ trajectory (its error is the same to the 1e-5 asserted on the whole weight), but
 by up to ~1/group_size. Such ties are rare per element, so they show up in a small fraction of groups, more
 often with the per-group early stop, whose many comparisons each can flip.
 
-Groups where the lp shrinkage may act run through a second compiled sweep with the reference's operations; its
-``power`` and means round differently from numpy's (1.9e-6 apart after one iteration), and where the shrinkage
-acts strongly (p = 0.5, beta = 2e4) one group in 512 left the reference's trajectory (2% worse, whole-weight
-error 3.4e-5 relative). For that case (``strong_shrinkage``): whole-weight error within 1e-4, at most 1% of the
+Groups where the lp shrinkage may act run through a second compiled sweep in the reference's order; its
+``exp(log)`` form of the power and its means round differently from numpy's (~2e-6 apart after one iteration),
+and where the shrinkage acts strongly (p = 0.5, beta = 2e4) one group in 512 left the reference's trajectory
+(0.3% worse, whole-weight error 4e-6 relative; 2% / 3.4e-5 with OpenVINO's ``Power``). For that case (``strong_shrinkage``): whole-weight error within 1e-4, at most 1% of the
 groups (at least one) more than 1e-3 worse, none more than 5% worse.
 """
 
