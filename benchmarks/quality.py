@@ -107,6 +107,14 @@ for _bits in (4, 3, 2):
     ROWS[f"int{_bits}_sym_hqq"] = HQQ_DEFAULT
 for _bits in (3, 2):
     ROWS[f"int{_bits}_asym_hqq"] = HQQ_DEFAULT
+#: Symmetric variants: the proximal loop weighted by the norm gain (the default before the compiled symmetric
+#: path), the least-squares refinement from NNCF's scale without the proximal loop, and the published solver.
+SYMMETRIC_VARIANTS = {
+    "int4_sym_hqq_weighted": dataclasses.replace(HQQ_DEFAULT, weighted_proximal=True),
+    "int4_sym_refine_only": dataclasses.replace(HQQ_DEFAULT, iterations=0),
+    "int4_sym_published": HQQ_REFERENCE,
+}
+ROWS.update(SYMMETRIC_VARIANTS)
 
 #: Extra ``compress_weights`` options of some rows (data-free AWQ: ``awq=True`` without a dataset; other modes).
 #: ``calibrated`` rows get a dataset of ``--calibration-samples`` random 256-token windows of Tiny Shakespeare.
@@ -117,6 +125,7 @@ ROW_OPTIONS: dict[str, dict[str, Any]] = {
     "awq_se_hqq": {"awq": True, "scale_estimation": True, "calibrated": True},
     **{f"int{b}_sym_{m}": {"mode": nncf.CompressWeightsMode(f"int{b}_sym")} for b in (4, 3, 2) for m in ("rtn", "hqq")},
     **{f"int{b}_asym_hqq": {"mode": LowBitMode(f"int{b}_asym")} for b in (3, 2)},
+    **{name: {"mode": nncf.CompressWeightsMode.INT4_SYM} for name in SYMMETRIC_VARIANTS},
 }
 
 MODELS: dict[str, tuple[Callable[[], Path], int]] = {

@@ -585,13 +585,14 @@ def build_sweep_model(rows: int, group_size: int, unroll: int, q_max: float, shr
     z: ov.Node = zero
     for t in range(unroll):
         shifted = opset.add(scaled, z)
-        residual = opset.subtract(shifted, opset.clamp(opset.round(shifted, "half_to_even"), 0.0, q_max))
+        codes = opset.clamp(opset.round(shifted, "half_to_even"), 0.0, q_max)
+        residual = opset.subtract(shifted, codes)
         l1.append(opset.reduce_l1(residual, axis, keep_dims=True))
         if thresholds is not None and shrink_p == 1.0:
             limit = opset.multiply(inverse_scale, thresholds.output(t))
             residual = opset.minimum(opset.maximum(residual, opset.negative(limit)), limit)
         elif thresholds is not None and shrink_p is not None:
-            z = _shrunk_zero_update(weight, inverse_scale, z, q_max, thresholds.output(t), shrink_p)
+            z = _shrunk_zero_update(weight, inverse_scale, z, codes, thresholds.output(t), shrink_p)
             zeros.append(z)
             continue
         z = opset.subtract(z, opset.divide(opset.reduce_sum(residual, axis, keep_dims=True), count))
@@ -602,16 +603,16 @@ def build_sweep_model(rows: int, group_size: int, unroll: int, q_max: float, shr
 
 
 def _shrunk_zero_update(
-    weight: ov.Node, inverse_scale: ov.Node, z: ov.Node, q_max: float, inverse_beta: ov.Output, p: float
+    weight: ov.Node, inverse_scale: ov.Node, z: ov.Node, codes: ov.Node, inverse_beta: ov.Output, p: float
 ) -> ov.Node:
     """One reference iteration with the lp shrinkage, in the reference's order (``quantize``, ``dequantize``,
     ``shrink_lp`` on ``W - reconstruction``, ``zero_point_update``).
 
     Two rewrites: ``(|e| + eps)^(p - 1)`` is evaluated as ``exp((p - 1) * log(|e| + eps))`` (half the time of
     OpenVINO's ``Power`` on CPU; the zero points move by ~1e-6 against it), and ``sign(e) * max(|e| - b, 0)`` as
-    ``e - clamp(e, -b, b)`` (the same value bit for bit: both are ``e - b``, ``e + b`` or exactly 0).
+    ``e - clamp(e, -b, b)`` (the same value bit for bit: both are ``e - b``, ``e + b`` or exactly 0). ``codes`` are
+    the iteration's ``clip(round(W * s + z))``, which the sweep has computed already.
     """
-    codes = opset.clamp(opset.round(opset.add(opset.multiply(weight, inverse_scale), z), "half_to_even"), 0.0, q_max)
     error = opset.subtract(weight, opset.divide(opset.subtract(codes, z), inverse_scale))
     logarithm = opset.log(opset.add(opset.abs(error), opset.constant(np.float32(SHRINK_EPS))))
     bound = opset.multiply(opset.exp(opset.multiply(logarithm, opset.constant(np.float32(p - 1.0)))), inverse_beta)
