@@ -21,6 +21,7 @@ from typing import Any
 import nncf
 import nncf.openvino.quantization.quantize_model as _ov_quantize_model
 import nncf.quantization.algorithms.weight_compression.algorithm as _wc_algorithm
+import nncf.quantization.algorithms.weight_compression.openvino_backend as _ov_backend
 import nncf.quantization.quantize_model as _quantize_model
 import numpy as np
 import openvino as ov
@@ -105,28 +106,54 @@ class HQQOVBackend(OVWeightCompressionAlgoBackend):
         from nncf_hqq.openvino_subgraph import is_float_zero_point
 
         compressed = precomputed_compressed_weight
+        computed_here = False
         if compressed is None and self.hqq.is_applicable(compression_config):
             axis = single_reduction_axis(reduction_axes, const_node_name)
             importance, role = layer_context(self.hqq, self.name_to_node_mapping[const_node_name], weight.shape[axis])
             if self.hqq.writes_all_layers or not self.hqq.keeps_rtn(role):  # else NNCF's own RTN, bit for bit
                 compressed = self.hqq.compress(weight, axis, compression_config, importance, role)
+                computed_here = True
         if compressed is None or not is_float_zero_point(compressed):
-            return super()._create_compression_subgraph(
-                weight,
-                compression_config,
-                reduction_axes,
-                const_node_name,
-                weight_port_id,
-                const_dtype,
-                should_add_convert_node,
-                compressed,
-            )
+            with _codes_kept(compressed if computed_here else None):
+                return super()._create_compression_subgraph(
+                    weight,
+                    compression_config,
+                    reduction_axes,
+                    const_node_name,
+                    weight_port_id,
+                    const_dtype,
+                    should_add_convert_node,
+                    compressed,
+                )
         output_type = const_dtype if should_add_convert_node else None
         bits = self.hqq.bits(compression_config)
         node = float_zero_point_decompression(
             compressed, bits, tuple(weight.shape), const_node_name, weight_port_id, output_type
         )
         return node, compressed
+
+
+@contextlib.contextmanager
+def _codes_kept(compressed: CompressedWeight | None) -> Iterator[None]:
+    """While NNCF's OpenVINO backend writes ``compressed``, its ``compress_weight`` returns it as it is.
+
+    Given precomputed parameters, NNCF's writer encodes the weight again (a compiled model per weight, as long as
+    its RTN). HQQ's codes are already exactly the nearest codes of the parameters it stores (the same true
+    division, rounding and clipping; tested against NNCF's encoding), so that second encoding is skipped.
+    """
+    if compressed is None:
+        yield
+        return
+    original = _ov_backend.compress_weight
+
+    def keep(weight: Tensor, axes: Any, config: Any, precomputed: CompressedWeight | None = None) -> CompressedWeight:
+        return compressed if precomputed is compressed else original(weight, axes, config, precomputed)
+
+    _ov_backend.compress_weight = keep
+    try:
+        yield
+    finally:
+        _ov_backend.compress_weight = original
 
 
 class HQQScaleEstimation:

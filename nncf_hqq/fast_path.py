@@ -621,6 +621,14 @@ def _shrunk_zero_update(
     return opset.reduce_mean(update, opset.constant(np.array([1], dtype=np.int64)), keep_dims=True)
 
 
+def true_divide(numerator: ov.Node, denominator: ov.Node) -> ov.Node:
+    """``numerator / denominator`` that OpenVINO's CPU plugin keeps a division (it may otherwise multiply by the
+    reciprocal, which rounds differently: codes would differ from numpy's and NNCF's at rounding ties)."""
+    node = opset.divide(numerator, denominator)
+    node.get_rt_info()["nonconvertable_divide_0"] = True
+    return node
+
+
 def _stack_columns(columns: list[ov.Node], rows: int) -> ov.Node:
     """``[rows, 1]`` columns to one ``[len(columns), rows]`` result."""
     shape = opset.constant(np.array([1, rows], dtype=np.int64))

@@ -469,7 +469,7 @@ class RefinementGraph(RowMeans):
     def stored_codes_and_error(self, scale: ov.Node, zero_point: ov.Node) -> tuple[ov.Node, ov.Node]:
         """Codes of NNCF-convention parameters, ``clip(round(W / scale + zp))`` (as ``conversion.encode``), and the
         error of the reconstruction ``(codes - zp) * scale``."""
-        shifted = opset.add(opset.divide(self.weight, scale), zero_point)
+        shifted = opset.add(fast_path.true_divide(self.weight, scale), zero_point)
         codes = opset.clamp(opset.round(shifted, "half_to_even"), 0.0, self.q_max)
         diff = opset.subtract(opset.multiply(opset.subtract(codes, zero_point), scale), self.weight)
         return codes, self.mean(opset.multiply(diff, diff))

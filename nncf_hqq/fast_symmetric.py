@@ -271,7 +271,7 @@ class _ScaleGraph(fast_refine.RowMeans):
 
     def codes(self, scale: ov.Node) -> ov.Node:
         """``solver.symmetric_codes``: ``clip(round(W / scale), -2^(b-1), 2^(b-1) - 1)``."""
-        return opset.clamp(opset.round(opset.divide(self.weight, scale), "half_to_even"), self.low, self.high)
+        return opset.clamp(opset.round(fast_path.true_divide(self.weight, scale), "half_to_even"), self.low, self.high)
 
     def least_squares_scale(self, codes: ov.Node, scale: ov.Node, floor: ov.Node) -> ov.Node:
         """``solver.least_squares_symmetric_scale`` against the weight (invalid updates keep ``scale``), then

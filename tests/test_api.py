@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import re
 from pathlib import Path
+from typing import Any
 
 import nncf
 import numpy as np
@@ -121,6 +124,49 @@ def test_symmetric_hqq_runs_without_zero_points(mode: CompressWeightsMode, refer
     # Symmetric HQQ's guarded weight error is never above RTN's (tests/test_algorithm.py), but its output error is
     # not always lower: on SmolLM2 INT4_SYM it is worse than RTN (docs/quality.md), here within 1% of it.
     assert relative_error(run(hqq, ids), reference_output) <= 1.01 * relative_error(run(rtn, ids), reference_output)
+
+
+@pytest.mark.parametrize(
+    ("mode", "params"),
+    [
+        (CompressWeightsMode.INT4_SYM, HQQ_DEFAULT),
+        (CompressWeightsMode.INT8_SYM, HQQ_DEFAULT),
+        (INT4, dataclasses.replace(HQQ_DEFAULT, zero_point_format="integer")),
+    ],
+    ids=["int4-sym", "int8-sym", "int4-asym-integer-zero-point"],
+)
+def test_writer_keeps_hqq_codes_as_nncf_would_encode_them(
+    monkeypatch: pytest.MonkeyPatch, mode: CompressWeightsMode, params: nncf_hqq.HQQParameters
+) -> None:
+    """NNCF's writer does not encode HQQ's weights a second time, and the model is the same as when it does."""
+    encoded: list[bool] = []
+    original = _nncf_glue._ov_backend.compress_weight
+
+    def spy(weight: Any, axes: Any, config: Any, precomputed: Any = None) -> Any:
+        encoded.append(precomputed is not None)
+        return original(weight, axes, config, precomputed)
+
+    monkeypatch.setattr(_nncf_glue._ov_backend, "compress_weight", spy)
+    group_size = 32 if mode != CompressWeightsMode.INT8_SYM else -1
+    kept = nncf.compress_weights(transformer_like(), mode=mode, group_size=group_size, hqq=True, hqq_params=params)
+    assert not any(encoded)  # at most NNCF's own (backup-precision) layers were encoded, from scratch
+    monkeypatch.setattr(_nncf_glue, "_codes_kept", lambda compressed: contextlib.nullcontext())
+    encoded.clear()
+    encoded_again = nncf.compress_weights(
+        transformer_like(), mode=mode, group_size=group_size, hqq=True, hqq_params=params
+    )
+    assert any(encoded)
+
+    def constants(model: ov.Model) -> dict[str, np.ndarray]:  # by name, except OpenVINO's automatic node names
+        named = [op for op in model.get_ops() if op.get_type_name() == "Constant"]
+        return {
+            op.get_friendly_name(): op.get_data().copy() for op in named if "Constant_" not in op.get_friendly_name()
+        }
+
+    ours, theirs = constants(kept), constants(encoded_again)
+    assert ours.keys() == theirs.keys()
+    for name in ours:
+        np.testing.assert_array_equal(ours[name], theirs[name], err_msg=name)
 
 
 def test_moe_weight_keeps_expert_axis() -> None:

@@ -20,8 +20,9 @@ often with the per-group early stop, whose many comparisons each can flip.
 Groups where the lp shrinkage may act run through a second compiled sweep in the reference's order; its
 ``exp(log)`` form of the power and its means round differently from numpy's (~2e-6 apart after one iteration),
 and where the shrinkage acts strongly (p = 0.5, beta = 2e4) one group in 512 left the reference's trajectory
-(0.3% worse, whole-weight error 4e-6 relative; 2% / 3.4e-5 with OpenVINO's ``Power``). For that case (``strong_shrinkage``): whole-weight error within 1e-4, at most 1% of the
-groups (at least one) more than 1e-3 worse, none more than 5% worse.
+(0.3% worse, whole-weight error 4e-6 relative; 2% / 3.4e-5 with OpenVINO's ``Power``). For that case
+(``strong_shrinkage``): whole-weight error within 1e-4, at most 1% of the groups (at least one) more than 1e-3
+worse, none more than 5% worse.
 """
 
 from __future__ import annotations

@@ -88,9 +88,7 @@ def assert_matches_reference(
     ],
     ids=["g128-int4", "g64-int4", "odd-g40-int3", "moe-g64-int4", "g64-int8", "per-channel-int4", "g32-int2"],
 )
-def test_compiled_matches_reference(
-    shape: tuple[int, ...], group_size: int, bits: int, params: HQQParameters
-) -> None:
+def test_compiled_matches_reference(shape: tuple[int, ...], group_size: int, bits: int, params: HQQParameters) -> None:
     assert_matches_reference(heavy_tailed(shape, seed=3), group_size, bits, params, weighted=True)
 
 
