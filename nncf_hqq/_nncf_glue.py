@@ -23,6 +23,7 @@ import nncf.openvino.quantization.quantize_model as _ov_quantize_model
 import nncf.quantization.algorithms.weight_compression.algorithm as _wc_algorithm
 import nncf.quantization.algorithms.weight_compression.openvino_backend as _ov_backend
 import nncf.quantization.quantize_model as _quantize_model
+import nncf.tensor.functions.openvino_numeric as _ov_dtypes
 import numpy as np
 import openvino as ov
 from nncf.common.graph import NNCFGraph
@@ -34,6 +35,7 @@ from nncf.quantization.algorithms.weight_compression.config import WeightCompres
 from nncf.quantization.algorithms.weight_compression.openvino_backend import OVWeightCompressionAlgoBackend
 from nncf.quantization.algorithms.weight_compression.parameters import CompressedWeight
 from nncf.tensor import Tensor
+from nncf.tensor import TensorBackend
 
 if TYPE_CHECKING:
     from nncf_hqq.algorithm import HQQ
@@ -144,16 +146,36 @@ def _codes_kept(compressed: CompressedWeight | None) -> Iterator[None]:
     if compressed is None:
         yield
         return
-    original = _ov_backend.compress_weight
+    original, kept = _ov_backend.compress_weight, compressed
 
-    def keep(weight: Tensor, axes: Any, config: Any, precomputed: CompressedWeight | None = None) -> CompressedWeight:
-        return compressed if precomputed is compressed else original(weight, axes, config, precomputed)
+    def keep(
+        weight: Tensor, axes: Any, config: WeightCompressionConfig, precomputed: CompressedWeight | None = None
+    ) -> CompressedWeight:
+        if precomputed is None or precomputed is not kept:
+            return original(weight, axes, config, precomputed)
+        return CompressedWeight(as_4bit_tensor(precomputed.tensor, config), precomputed.scale, precomputed.zero_point)
 
     _ov_backend.compress_weight = keep
     try:
         yield
     finally:
         _ov_backend.compress_weight = original
+
+
+def as_4bit_tensor(codes: Tensor, config: WeightCompressionConfig) -> Tensor:
+    """int8/uint8 codes of a 4-bit mode as an OpenVINO i4/u4 tensor, packed two per byte (low nibble first) in
+    numpy, which NNCF writes as it is; building the constant from int8 data instead packs element by element
+    (0.48 s against 0.014 s for 14 M codes). Other modes, and odd sizes, keep their codes as they are."""
+    element_type = _ov_dtypes.DTYPE_MAP[config.compression_dtype]
+    if element_type not in (ov.Type.i4, ov.Type.u4) or config.is_symmetric_represented_by_unsigned:
+        return codes
+    data = np.ascontiguousarray(codes.as_numpy_tensor().data if codes.backend == TensorBackend.ov else codes.data)
+    if data.size % 2 or data.dtype not in (np.int8, np.uint8):
+        return codes
+    flat = data.reshape(-1).view(np.uint8)
+    packed = ov.Tensor(element_type, list(data.shape))
+    np.bitwise_or(flat[0::2] & 0x0F, flat[1::2] << 4, out=packed.data.reshape(-1).view(np.uint8))
+    return Tensor(packed)
 
 
 class HQQScaleEstimation:

@@ -13,6 +13,8 @@ import numpy as np
 import openvino as ov
 import pytest
 from nncf import CompressWeightsMode
+from nncf.tensor import Tensor
+from openvino import opset13 as opset
 
 import nncf_hqq
 from nncf_hqq import _nncf_glue
@@ -455,3 +457,30 @@ def test_low_bit_asymmetric_mode_with_mixed_precision() -> None:
     model = nncf.compress_weights(transformer_like(), mode=LowBitMode.INT2_ASYM, group_size=32, ratio=0.8, hqq=True)
     used = set(constant_types(model).values())
     assert ov.Type.u2 in used and ov.Type.u8 in used and ov.Type.u4 not in used
+
+
+@pytest.mark.parametrize(
+    ("mode", "dtype", "packed"),
+    [
+        (CompressWeightsMode.INT4_SYM, np.int8, True),
+        (INT4, np.uint8, True),
+        (CompressWeightsMode.INT8_SYM, np.int8, False),
+        (CompressWeightsMode.INT3_SYM, np.int8, False),
+    ],
+    ids=["int4-sym", "int4-asym", "int8-sym-as-is", "int3-sym-as-is"],
+)
+def test_4bit_codes_are_packed_as_openvino_packs_them(mode: CompressWeightsMode, dtype: type, packed: bool) -> None:
+    config = _nncf_glue.WeightCompressionConfig(mode=mode, group_size=32)
+    low, high = (-8, 8) if dtype == np.int8 else (0, 16)
+    codes = np.random.default_rng(0).integers(low, high, size=(6, 2, 32)).astype(dtype)
+    result = _nncf_glue.as_4bit_tensor(Tensor(codes), config)
+    if not packed:
+        assert result.data is codes
+        return
+    element_type = ov.Type.i4 if dtype == np.int8 else ov.Type.u4
+    assert result.data.get_element_type() == element_type and tuple(result.data.shape) == codes.shape
+    np.testing.assert_array_equal(  # the packed bytes OpenVINO makes of the int8/uint8 codes itself
+        opset.constant(result.data).get_data(), opset.constant(codes, dtype=element_type).get_data()
+    )
+    odd = Tensor(codes[:1, :1, :31].copy())  # an odd number of codes
+    assert _nncf_glue.as_4bit_tensor(odd, config).data is odd.data
