@@ -107,12 +107,13 @@ for _bits in (4, 3, 2):
     ROWS[f"int{_bits}_sym_hqq"] = HQQ_DEFAULT
 for _bits in (3, 2):
     ROWS[f"int{_bits}_asym_hqq"] = HQQ_DEFAULT
-#: Symmetric variants: the proximal loop weighted by the norm gain (the default before the compiled symmetric
-#: path), the least-squares refinement from NNCF's scale without the proximal loop, and the published solver.
+#: Symmetric variants: the least-squares refinement from NNCF's scale without the proximal loop, the published
+#: solver, only the floor that keeps both ends of a group unclipped, and the refinement unweighted.
 SYMMETRIC_VARIANTS = {
-    "int4_sym_hqq_weighted": dataclasses.replace(HQQ_DEFAULT, weighted_proximal=True),
     "int4_sym_refine_only": dataclasses.replace(HQQ_DEFAULT, iterations=0),
     "int4_sym_published": HQQ_REFERENCE,
+    "int4_sym_floor_only": HQQParameters(iterations=0, preserve_extremes=True),
+    "int4_sym_floor_refine_unweighted": dataclasses.replace(HQQ_DEFAULT, iterations=0, importance="none"),
 }
 ROWS.update(SYMMETRIC_VARIANTS)
 

@@ -236,14 +236,20 @@ class ProximalReplay:
     or the scale of symmetric modes) is computed in blocks of iterations, then the reference's early-stop and
     best-iterate bookkeeping is replayed on the per-iteration errors."""
 
-    def __init__(self, params: HQQParameters, error_factor: np.ndarray) -> None:
+    def __init__(
+        self, params: HQQParameters, error_factor: np.ndarray, tensor_factor: np.ndarray | None = None
+    ) -> None:
         """:param error_factor: per group, what turns its summed |error| into its mean absolute error in the weight
-        domain."""
+            domain.
+        :param tensor_factor: per group, the share of its summed |error| in the tensor's mean absolute error
+            (default ``error_factor / N``: every group counts alike; importance-weighted errors count by the
+            group's importance)."""
         self.params = params
         self.betas = beta_schedule(params)
         blocks = math.ceil(params.iterations / MAX_UNROLLED_ITERATIONS)
         self.unroll = math.ceil(params.iterations / blocks)
         self.error_factor = error_factor
+        self.tensor_factor = tensor_factor
 
     def trajectories(self, start: np.ndarray, betas: list[float]) -> tuple[np.ndarray, np.ndarray]:
         """Parameter values ``[K + 1, N]`` and summed |error| ``[K, N]`` of ``K = len(betas)`` iterations."""
@@ -346,6 +352,8 @@ class ProximalReplay:
     def mean_absolute_errors(self, l1: np.ndarray, units: int) -> np.ndarray:
         """One iteration's mean absolute error in the weight domain: of the whole tensor (``units == 1``) or
         of every group, from the groups' summed |error| (in float64, one iteration at a time)."""
+        if units == 1 and self.tensor_factor is not None:
+            return np.array([(l1 * self.tensor_factor).sum()])
         errors = l1 * self.error_factor  # no BLAS call: its threads would compete with OpenVINO's
         return np.array([errors.mean()]) if units == 1 else errors
 

@@ -215,6 +215,14 @@ class RowImportance:
         block[: ids.size] = self.table[ids]
         return block
 
+    def subset(self, rows: np.ndarray) -> RowImportance:
+        """The importance of the given weight rows only (in that order)."""
+        return RowImportance(self.table, self.group_of_row[rows])
+
+    def rows(self) -> np.ndarray:
+        """The importance of every row ``[N, R]`` (weight-sized: for a few rows only)."""
+        return np.ascontiguousarray(self.table[self.group_of_row], dtype=np.float32)
+
     @functools.lru_cache(maxsize=1)  # noqa: B019 (one small array per instance, freed with it)
     def _tiled(self, count: int) -> np.ndarray:
         return np.ascontiguousarray(np.tile(self.table, (count // self.table.shape[0], 1)), dtype=np.float32)

@@ -58,7 +58,8 @@ def compress(
     """Symmetric HQQ of a grouped weight (see the module doc), compiled where possible.
 
     :param importance: per-element weights broadcastable to ``grouped``; they weight the refinement and the guard
-        (and the proximal loop with ``params.weighted_proximal``).
+        and the proximal loop alike (whatever ``params.weighted_proximal`` says: measured on SmolLM2, the weighted
+        loop is the better one in symmetric modes, docs/quality.md).
     """
     reason = fallback_reason(grouped, num_bits, importance, params)
     if reason is None:
@@ -87,8 +88,7 @@ def compress_reference(
 ) -> CompressedWeight:
     """The ``nncf.tensor`` reference of ``compress``."""
     rtn_scale = symmetric_init(grouped, axis, num_bits)
-    proximal_importance = importance if params.weighted_proximal else None
-    scale = optimize_scale_proximal(grouped, rtn_scale, axis, num_bits, params, proximal_importance)
+    scale = optimize_scale_proximal(grouped, rtn_scale, axis, num_bits, params, importance)
     if params.refine_rounds:
         scale = refine_symmetric_scale(
             grouped, scale, axis, num_bits, params.refine_rounds, importance, params.preserve_extremes
@@ -122,12 +122,8 @@ def compress_compiled(
     rtn_scale = symmetric_init_for_range(w_min, w_max, num_bits)
     floor = symmetric_scale_floor(w_min, w_max, rtn_scale, num_bits) * float(params.preserve_extremes)
     scale = signed_magnitude(rtn_scale, fns.maximum(fns.abs(rtn_scale), floor)).data
-    if params.iterations and params.weighted_proximal and importance is not None:
-        start = Tensor(fast_path.from_rows(scale, shape, axis))
-        solved = optimize_scale_proximal(Tensor(weight), start, axis, num_bits, params, importance)
-        scale = fast_path.as_rows(solved.data, axis)[:, 0]
-    elif params.iterations:
-        scale = _ScaleRun(rows, extremes[:2], floor.data, num_bits, params).solve(scale)
+    if params.iterations:
+        scale = _ScaleRun(rows, extremes[:2], floor.data, num_bits, params, row_importance).solve(scale)
     block = fast_path.rows_per_block(rows.shape[1])
     if row_importance is not None:
         block = row_importance.block_rows(block)
@@ -161,24 +157,42 @@ def row_extremes(rows: np.ndarray) -> np.ndarray:
 
 class _ScaleRun(fast_path.ProximalReplay):
     """The proximal scale loop of one weight: settling chunks of compiled iterations, the groups where the lp
-    shrinkage may act redone with the reference's operations, then the reference's early-stop bookkeeping."""
+    shrinkage may act redone with the reference's operations, then the reference's early-stop bookkeeping.
+    With ``importance`` the errors and updates are importance-weighted."""
 
     def __init__(
-        self, rows: np.ndarray, extremes: np.ndarray, floor: np.ndarray, num_bits: int, params: HQQParameters
+        self,
+        rows: np.ndarray,
+        extremes: np.ndarray,
+        floor: np.ndarray,
+        num_bits: int,
+        params: HQQParameters,
+        importance: fast_refine.RowImportance | None = None,
     ) -> None:
-        super().__init__(params, np.full(rows.shape[0], 1.0 / rows.shape[1]))
+        if importance is None:
+            super().__init__(params, np.full(rows.shape[0], 1.0 / rows.shape[1]))
+            block = fast_path.rows_per_block(rows.shape[1])
+        else:  # a group's error is its weighted sum over its importance total; the tensor's, over all totals
+            totals = importance.table.astype(np.float64).sum(axis=1)[importance.group_of_row]
+            super().__init__(params, 1.0 / totals, np.full(rows.shape[0], 1.0 / totals.sum()))
+            block = importance.block_rows(fast_path.rows_per_block(rows.shape[1]))
         self.rows = rows
         self.extremes = extremes
         self.floor = np.ascontiguousarray(floor, dtype=np.float32)
         self.num_bits = num_bits
-        self.sweep = compiled_scale_sweep(rows.shape[1], fast_path.SETTLE_CHUNK, num_bits)
+        self.importance = importance
+        self.sweep = compiled_scale_sweep(
+            block, rows.shape[1], fast_path.SETTLE_CHUNK, num_bits, importance is not None
+        )
 
     def trajectories(self, start: np.ndarray, betas: list[float]) -> tuple[np.ndarray, np.ndarray]:
-        """Scales ``[K + 1, N]`` and summed |W - q * scale| ``[K, N]`` of ``K = len(betas)`` iterations."""
+        """Scales ``[K + 1, N]`` and summed (weighted) |W - q * scale| ``[K, N]`` of ``K = len(betas)`` iterations."""
 
         def run_chunk(picked: slice | np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, None]:
-            rows = self.rows if isinstance(picked, slice) else self.rows[picked]
-            return (*self.sweep.run(rows, values, self.floor[picked]), None)
+            if isinstance(picked, slice):
+                return (*self.sweep.run(self.rows, values, self.floor, self.importance), None)
+            importance = None if self.importance is None else self.importance.subset(picked)
+            return (*self.sweep.run(self.rows[picked], values, self.floor[picked], importance), None)
 
         scales, l1, _ = self.settling_trajectories(start, len(betas), run_chunk)
         redo = self.shrinkage_may_act(scales[:-1], start, betas)
@@ -208,9 +222,10 @@ class _ScaleRun(fast_path.ProximalReplay):
         (``solver.scale_proximal_step``), no early stop."""
         weight = Tensor(self.rows[groups])
         scale = Tensor(start[:, None].astype(np.float32))
+        importance = None if self.importance is None else Tensor(self.importance.subset(groups).rows())
         scales, errors = [scale.data[:, 0]], []
         for beta in betas:
-            error, scale = scale_proximal_step(weight, scale, 1, 1, self.num_bits, beta, self.params)
+            error, scale = scale_proximal_step(weight, scale, 1, 1, self.num_bits, beta, self.params, importance)
             scales.append(scale.data[:, 0])
             errors.append(error.data[:, 0])
         return np.stack(scales), (np.stack(errors) / self.error_factor[groups]).astype(np.float32)
@@ -220,30 +235,25 @@ class CompiledScaleSweep:
     """The compiled hard-rounding scale iterations (``build_scale_sweep_model``) over blocks of rows."""
 
     def __init__(self, model: ov.Model, rows_per_block: int, unroll: int) -> None:
-        self.runner = fast_path.BlockRunner(model, rows_per_block)
-        self.rows_per_block = rows_per_block
+        self.rows = fast_refine.CompiledRows(model, rows_per_block, weighted=len(model.inputs) > 2)
         self.unroll = unroll
 
-    def run(self, rows: np.ndarray, scale: np.ndarray, floor: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Scales ``[unroll + 1, N]`` (row 0: ``scale``) and summed |W - q * scale| ``[unroll, N]``."""
-        n, c = rows.shape[0], self.rows_per_block
-        scales = np.empty((self.unroll + 1, n), dtype=np.float32)
-        scales[0] = scale
-        l1 = np.empty((self.unroll, n), dtype=np.float32)
-        columns = np.stack([scale, floor], axis=1).astype(np.float32)
-
-        def inputs_at(begin: int) -> list[np.ndarray]:
-            return [fast_path.block_rows(rows, begin, c, 0.0), fast_path.block_rows(columns, begin, c, 1.0)]
-
-        self.runner.run(n, inputs_at, [scales[1:], l1])
-        return scales, l1
+    def run(
+        self,
+        rows: np.ndarray,
+        scale: np.ndarray,
+        floor: np.ndarray,
+        importance: fast_refine.RowImportance | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Scales ``[unroll + 1, N]`` (row 0: ``scale``) and summed (weighted) |W - q * scale| ``[unroll, N]``."""
+        values = self.rows.run(rows, np.stack([scale, floor], axis=1), importance)
+        return np.concatenate([scale[None].astype(np.float32), values[: self.unroll]]), values[self.unroll :]
 
 
 @lru_cache(maxsize=CACHE_SIZE)
-def compiled_scale_sweep(group_size: int, unroll: int, num_bits: int) -> CompiledScaleSweep:
-    """The compiled scale sweep for one group size, unroll depth and bit width (LRU cached)."""
-    block = fast_path.rows_per_block(group_size)
-    return CompiledScaleSweep(build_scale_sweep_model(block, group_size, unroll, num_bits), block, unroll)
+def compiled_scale_sweep(block: int, group_size: int, unroll: int, num_bits: int, weighted: bool) -> CompiledScaleSweep:
+    """The compiled scale sweep for blocks of ``block`` rows of one configuration (LRU cached)."""
+    return CompiledScaleSweep(build_scale_sweep_model(block, group_size, unroll, num_bits, weighted), block, unroll)
 
 
 @lru_cache(maxsize=CACHE_SIZE)
@@ -292,22 +302,23 @@ class _ScaleGraph(fast_refine.RowMeans):
         return self.mean(opset.multiply(diff, diff))
 
 
-def build_scale_sweep_model(rows: int, group_size: int, unroll: int, num_bits: int) -> ov.Model:
+def build_scale_sweep_model(rows: int, group_size: int, unroll: int, num_bits: int, weighted: bool) -> ov.Model:
     """``unroll`` hard-rounding iterations of the symmetric proximal loop for a ``[rows, group_size]`` block.
 
-    Per-row input columns: the scale and the floor of its magnitude (0: none). Outputs: the scale after every
-    iteration and the summed |W - q * scale| of every iteration, both ``[unroll, rows]``.
+    Per-row input columns: the scale and the floor of its magnitude (0: none); with ``weighted``, the importance
+    of every element. Output ``[2 * unroll, rows]``: the scale after every iteration, then the summed (weighted)
+    |W - q * scale| of every iteration.
     """
-    parameters, weight, (scale, floor), _ = fast_refine.block_parameters(rows, group_size, 2, False)
-    graph = _ScaleGraph(weight, None, num_bits)
+    parameters, weight, (scale, floor), importance = fast_refine.block_parameters(rows, group_size, 2, weighted)
+    graph = _ScaleGraph(weight, importance, num_bits)
     scales, l1 = [], []
     for _ in range(unroll):
         codes = graph.codes(scale)
-        l1.append(opset.reduce_l1(opset.subtract(weight, opset.multiply(codes, scale)), graph.axis, keep_dims=True))
+        error = opset.abs(opset.subtract(weight, opset.multiply(codes, scale)))
+        l1.append(opset.reduce_sum(graph.weighted(error), graph.axis, keep_dims=True))
         scale = graph.least_squares_scale(codes, scale, floor)
         scales.append(scale)
-    outputs = [fast_refine.rows_result(scales, rows), fast_refine.rows_result(l1, rows)]
-    return ov.Model(outputs, parameters, "hqq_scale_sweep")
+    return ov.Model([fast_refine.rows_result(scales + l1, rows)], parameters, "hqq_scale_sweep")
 
 
 def build_refinement_model(rows: int, group_size: int, rounds: int, num_bits: int, weighted: bool) -> ov.Model:

@@ -94,8 +94,10 @@ class HQQParameters:
         Outlier weights matter more to the model's outputs than their share of the squared error.
     :param importance: data-free weighting of input channels in the refinement and the RTN guard (see
         ``Importance``), and in the proximal loop too when ``weighted_proximal``.
-    :param weighted_proximal: also weight the proximal loop by ``importance``. Off by default: the weighted loop
-        runs on the numpy reference only (no compiled fast path), dozens of times slower, for a gain not measured.
+    :param weighted_proximal: also weight the asymmetric proximal loop by ``importance``. Off by default: that
+        weighted loop runs on the numpy reference only (no compiled fast path), dozens of times slower, for a gain
+        not measured. Symmetric modes always weight their (compiled) scale loop by ``importance``: measured better
+        there (SmolLM2 INT3_SYM perplexity 98.1 weighted, 102.1 unweighted; docs/quality.md).
     :param rtn_roles: attention projections (by ``AttentionRole``) that keep NNCF's round-to-nearest (integer
         zero point) instead of HQQ, e.g. ``("value",)``; found in the OpenVINO graph, data-free.
     :param scale_estimation_rounds: with ``scale_estimation=True`` (calibration data), rounds of data-aware scale

@@ -19,6 +19,7 @@ import pytest
 from nncf.tensor import Tensor
 
 from nncf_hqq import fast_path
+from nncf_hqq import fast_refine
 from nncf_hqq import fast_symmetric
 from nncf_hqq.conversion import decompress
 from nncf_hqq.conversion import to_symmetric_compressed_weight
@@ -35,9 +36,7 @@ PARAMS = {
     "published": HQQ_REFERENCE,
     "group-stop-p1-guard": HQQParameters(early_stop_scope="group", lp_norm=1.0, refine_rounds=3, rtn_guard=True),
     "no-early-stop-40-iterations": HQQParameters(early_stop=False, iterations=40, preserve_extremes=True),
-    "weighted-proximal": HQQParameters(
-        importance="norm_gain", weighted_proximal=True, refine_rounds=2, preserve_extremes=True
-    ),
+    "norm-gain-2-rounds": HQQParameters(importance="norm_gain", refine_rounds=2, preserve_extremes=True),
 }
 
 
@@ -106,18 +105,27 @@ def test_compiled_differs_from_rtn() -> None:
     assert stored_group_mse(grouped, compiled, axis).mean() < 0.95 * stored_group_mse(grouped, rtn, axis).mean()
 
 
+@pytest.mark.parametrize("weighted", [False, True], ids=["unweighted", "importance-weighted"])
 @pytest.mark.parametrize(
     ("shape", "group_size"), [((256, 512), 128), ((40, 200), 40), ((3, 48, 256), 64)], ids=["g128", "odd-g40", "moe"]
 )
-def test_settling_sweep_equals_the_full_sweep(shape: tuple[int, ...], group_size: int) -> None:
+def test_settling_sweep_equals_the_full_sweep(shape: tuple[int, ...], group_size: int, weighted: bool) -> None:
     """Dropping groups whose scale repeats changes nothing: bit-identical to 20 unrolled iterations on all groups."""
     grouped, axis = split_into_groups(Tensor(heavy_tailed(shape)), len(shape) - 1, group_size)
     rows = fast_path.as_rows(grouped.data, axis)
+    keepdims = (*grouped.shape[:axis], 1, *grouped.shape[axis + 1 :])
+    importance = None
+    if weighted:
+        importance = fast_refine.RowImportance.of(grouped_importance(grouped, axis, 1).data, keepdims, axis)
     extremes = fast_symmetric.row_extremes(rows)
     scale = symmetric_init(Tensor(rows), 1, 4).data[:, 0]
     floor = np.zeros_like(scale)
-    run = fast_symmetric._ScaleRun(rows, extremes[:2], floor, 4, HQQ_REFERENCE)
-    full = fast_symmetric.compiled_scale_sweep(rows.shape[1], 20, 4).run(rows, scale, floor)
+    run = fast_symmetric._ScaleRun(rows, extremes[:2], floor, 4, HQQ_REFERENCE, importance)
+    block = fast_path.rows_per_block(rows.shape[1])
+    if importance is not None:
+        block = importance.block_rows(block)
+    sweep = fast_symmetric.compiled_scale_sweep(block, rows.shape[1], 20, 4, weighted)
+    full = sweep.run(rows, scale, floor, importance)
     repeats = full[0][4] == full[0][3]
     assert repeats.any() and not repeats.all()  # some groups leave after the first chunk, some stay
     settled = run.trajectories(scale, run.betas)
