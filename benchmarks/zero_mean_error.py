@@ -17,6 +17,7 @@ Every variant is stored dequantized per weight and the FP IR is evaluated with t
 method of ``benchmarks/layer_ablation.py``; shared/PROTOCOL.md metrics, same windows as ``benchmarks/quality.py``).
 
     python benchmarks/zero_mean_error.py --windows 40      # -> results/zero_mean_error_smollm2_w40.json
+    python benchmarks/zero_mean_error.py --model qwen --windows 20 --rows rtn,rtn_float_shift
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from nncf_hqq.evaluation import load_tokenizer
 from nncf_hqq.evaluation import wikitext_windows
 from nncf_hqq.models import cache_dir
 from nncf_hqq.models import ir_xml
+from nncf_hqq.models import qwen_ov_dir
 from nncf_hqq.models import shared_path
 from nncf_hqq.models import smollm2_ov_dir
 from nncf_hqq.parameters import HQQ_DEFAULT
@@ -56,8 +58,11 @@ from nncf_hqq.solver import split_into_groups
 from nncf_hqq.solver import symmetric_init
 
 WIKITEXT = "data/wikitext-2-raw/wiki.test.raw"
-GROUP_SIZE = 64
 BITS = 4
+#: model -> (exported IR dir, group size), as in ``benchmarks/quality.py``
+LLMS: dict[str, tuple[Callable[[], Path], int]] = {"smollm2": (smollm2_ov_dir, 64), "qwen": (qwen_ov_dir, 128)}
+#: Group size of the model being run (set by ``main``).
+GROUP_SIZE = 64
 
 
 def unbiased_codes(target: np.ndarray, codes: np.ndarray, low: float, high: float) -> np.ndarray:
@@ -122,14 +127,15 @@ VARIANTS: dict[str, Callable[[np.ndarray, ov.Node, bool], np.ndarray]] = {
 }
 
 
-def compute_candidates(ir_dir: Path, root: Path) -> None:
+def compute_candidates(ir_dir: Path, root: Path, names: list[str]) -> None:
     model = ov.Core().read_model(ir_xml(ir_dir))
     hqq = HQQ(HQQ_DEFAULT)
     for index, (constant, _) in enumerate(decoder_weights(model)):
         weight = np.array(constant.get_data(), dtype=np.float32)
         grouped = split_into_groups(Tensor(weight), 1, GROUP_SIZE)[0].data
         value = hqq.keeps_rtn(layer_context(hqq, constant, weight.shape[1])[1])
-        for name, make in VARIANTS.items():
+        for name in names:
+            make = VARIANTS[name]
             path = root / name / f"{index}.npy"
             if path.exists():
                 continue
@@ -143,23 +149,28 @@ def compute_candidates(ir_dir: Path, root: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=sorted(LLMS), default="smollm2")
     parser.add_argument("--windows", type=int, default=40)
-    parser.add_argument("--rows", default=",".join(VARIANTS))
+    parser.add_argument("--rows", default=",".join(VARIANTS), help="comma-separated: " + ",".join(VARIANTS))
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    ir_dir = smollm2_ov_dir()
-    root = cache_dir() / "zero_mean_error" / f"smollm2_g{GROUP_SIZE}"
-    compute_candidates(ir_dir, root)
+    global GROUP_SIZE
+    get_dir, GROUP_SIZE = LLMS[args.model]
+    ir_dir = get_dir()
+    rows = args.rows.split(",")
+    root = cache_dir() / "zero_mean_error" / f"{args.model}_g{GROUP_SIZE}"
+    compute_candidates(ir_dir, root, rows)
     windows = wikitext_windows(load_tokenizer(ir_dir), shared_path(WIKITEXT), args.windows)
     reference = reference_log_probs(ir_dir, root, windows)
     results = {}
     print(f"{'variant':<20}{'ppl':>10}{'kl':>10}{'top1':>10}")
-    for name in args.rows.split(","):
+    for name in rows:
         results[name] = evaluate_against(hybrid(ir_dir, root, name), windows, reference)
         print(f"{name:<20}" + "".join(f"{results[name][k]:>10.4f}" for k in ("ppl", "kl", "top1")), flush=True)
-    out = args.out or Path(f"results/zero_mean_error_smollm2_w{args.windows}.json")
+    out = args.out or Path(f"results/zero_mean_error_{args.model}_w{args.windows}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"windows": args.windows, "group_size": GROUP_SIZE, "results": results}, indent=2))
+    summary = {"model": args.model, "windows": args.windows, "group_size": GROUP_SIZE, "results": results}
+    out.write_text(json.dumps(summary, indent=2))
     print(f"-> {out}")
 
 
