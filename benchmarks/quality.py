@@ -96,6 +96,7 @@ ROWS: dict[str, HQQParameters | None] = {
     "default_int": dataclasses.replace(HQQ_DEFAULT, zero_point_format="integer"),
     "awq_df": None,
     "awq_df_hqq": HQQ_DEFAULT,
+    "awq_df_hqq_int": dataclasses.replace(HQQ_DEFAULT, zero_point_format="integer"),
     "default": HQQ_DEFAULT,
     "awq_se": None,
     "awq_se_hqq": HQQ_DEFAULT,
@@ -122,6 +123,7 @@ ROWS.update(SYMMETRIC_VARIANTS)
 ROW_OPTIONS: dict[str, dict[str, Any]] = {
     "awq_df": {"awq": True},
     "awq_df_hqq": {"awq": True},
+    "awq_df_hqq_int": {"awq": True},
     "awq_se": {"awq": True, "scale_estimation": True, "calibrated": True},
     "awq_se_hqq": {"awq": True, "scale_estimation": True, "calibrated": True},
     **{f"int{b}_sym_{m}": {"mode": nncf.CompressWeightsMode(f"int{b}_sym")} for b in (4, 3, 2) for m in ("rtn", "hqq")},
