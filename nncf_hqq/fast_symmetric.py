@@ -10,7 +10,8 @@ work as OpenVINO models over groups laid out as rows ``[N, R]`` (as ``nncf_hqq.f
 The proximal loop. Each iteration takes the nearest codes ``q`` of the current scale, shrinks the error
 ``W - q * scale`` with the lp operator and takes ``<q, W - shrunk> / <q, q>``. Where no element of a group can
 exceed the shrinkage-free bound, the shrinkage returns exact zeros and the update is the fixed map
-``scale -> <q(scale), W> / <q(scale), q(scale)>`` (floored to the extremes with ``preserve_extremes``), so
+``scale -> <q(scale), W> / <q(scale), q(scale)>`` (inner products weighted by the importance when there is one;
+floored to the extremes with ``preserve_extremes``), so
 ``fast_path.ProximalReplay`` runs it in chunks that drop the groups whose scale repeats, and replays the
 reference's early stop and best iterate on the per-iteration errors. An element's error is at most half a step
 ``|scale| / 2`` unless it is clipped, when it is its distance to the end code; a group where that bound may
