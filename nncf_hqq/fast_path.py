@@ -32,6 +32,7 @@ import os
 import threading
 from collections.abc import Callable
 from functools import lru_cache
+from typing import TypeVar
 from typing import cast
 
 import numpy as np
@@ -102,6 +103,8 @@ FEW_GROUPS = 64
 #: Compiled models kept (one per group size, bit width, unroll depth and shrinkage kind).
 CACHE_SIZE = 16
 
+_T = TypeVar("_T")
+
 _LOGGED: set[str] = set()
 _LOG_LOCK = threading.Lock()
 
@@ -112,18 +115,28 @@ def solve(weight: Tensor, axis: int, num_bits: int, params: HQQParameters) -> tu
     Uses the compiled fast path when ``fallback_reason`` finds nothing against it, otherwise the reference.
     The fast path returns float32 numpy tensors.
     """
-    reason = fallback_reason(weight, num_bits, params)
+    return guarded(
+        fallback_reason(weight, num_bits, params),
+        lambda: solve_compiled(weight, axis, num_bits, params),
+        lambda: hqq_solve(weight, axis, num_bits, params),
+        "solver",
+    )
+
+
+def guarded(reason: str | None, compiled: Callable[[], _T], reference: Callable[[], _T], what: str) -> _T:
+    """The guard in front of every compiled path: ``compiled()`` when ``reason`` (why it cannot be used) is None,
+    ``reference()`` otherwise or when OpenVINO fails to compile or run it; the path taken is logged once."""
     if reason is None:
         try:
-            result = solve_compiled(weight, axis, num_bits, params)
+            result = compiled()
         except RuntimeError as error:  # OpenVINO compile/infer failures: the reference still works
-            log_once(f"HQQ fast path failed ({error}); using the reference solver.", warning=True)
+            log_once(f"HQQ compiled {what} failed ({error}); using the reference.", warning=True)
         else:
-            log_once("HQQ: using the compiled OpenVINO fast path.")
+            log_once(f"HQQ: using the compiled OpenVINO {what} (fast path).")
             return result
     else:
-        log_once(f"HQQ: using the reference solver ({reason}).")
-    return hqq_solve(weight, axis, num_bits, params)
+        log_once(f"HQQ: using the reference {what} ({reason}).")
+    return reference()
 
 
 def fallback_reason(weight: Tensor, num_bits: int, params: HQQParameters) -> str | None:

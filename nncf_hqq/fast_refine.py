@@ -67,18 +67,12 @@ def finish(
     :param grouped: the grouped weight; ``inverse_scale`` and ``zero`` are the solver's (HQQ convention).
     :param importance: per-element weights broadcastable to ``grouped`` (size 1 on the dims they do not vary on).
     """
-    reason = fallback_reason(grouped, num_bits, importance, params)
-    if reason is None:
-        try:
-            result = finish_compiled(grouped, inverse_scale, zero, axis, num_bits, params, importance)
-        except RuntimeError as error:  # OpenVINO compile/infer failures: the reference still works
-            fast_path.log_once(f"HQQ compiled refinement failed ({error}); using the reference.", warning=True)
-        else:
-            fast_path.log_once("HQQ: using the compiled OpenVINO refinement and RTN guard.")
-            return result
-    else:
-        fast_path.log_once(f"HQQ: using the reference refinement and RTN guard ({reason}).")
-    return finish_reference(grouped, inverse_scale, zero, axis, num_bits, params, importance)
+    return fast_path.guarded(
+        fallback_reason(grouped, num_bits, importance, params),
+        lambda: finish_compiled(grouped, inverse_scale, zero, axis, num_bits, params, importance),
+        lambda: finish_reference(grouped, inverse_scale, zero, axis, num_bits, params, importance),
+        "refinement and RTN guard",
+    )
 
 
 def is_integer_zero_point(params: HQQParameters) -> bool:

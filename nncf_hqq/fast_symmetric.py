@@ -62,18 +62,12 @@ def compress(
         and the proximal loop alike (whatever ``params.weighted_proximal`` says: measured on SmolLM2, the weighted
         loop is the better one in symmetric modes, docs/quality.md).
     """
-    reason = fallback_reason(grouped, num_bits, importance, params)
-    if reason is None:
-        try:
-            result = compress_compiled(grouped, axis, num_bits, params, importance)
-        except RuntimeError as error:  # OpenVINO compile/infer failures: the reference still works
-            fast_path.log_once(f"HQQ compiled symmetric path failed ({error}); using the reference.", warning=True)
-        else:
-            fast_path.log_once("HQQ: using the compiled OpenVINO symmetric path.")
-            return result
-    else:
-        fast_path.log_once(f"HQQ: using the reference symmetric solver ({reason}).")
-    return compress_reference(grouped, axis, num_bits, params, importance)
+    return fast_path.guarded(
+        fallback_reason(grouped, num_bits, importance, params),
+        lambda: compress_compiled(grouped, axis, num_bits, params, importance),
+        lambda: compress_reference(grouped, axis, num_bits, params, importance),
+        "symmetric path",
+    )
 
 
 def fallback_reason(weight: Tensor, num_bits: int, importance: Tensor | None, params: HQQParameters) -> str | None:
