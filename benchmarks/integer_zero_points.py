@@ -26,10 +26,8 @@ from nncf.tensor import Tensor
 from nncf.tensor import functions as fns
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _sequential import evaluate_against
-from _sequential import reference_log_probs
 from layer_ablation import decoder_weights
-from layer_ablation import hybrid
+from layer_ablation import evaluate_variants
 
 from nncf_hqq import fast_path
 from nncf_hqq._nncf_glue import CompressedWeight
@@ -111,12 +109,7 @@ def main() -> None:
     root = cache_dir() / "integer_zero_points" / f"smollm2_g{GROUP_SIZE}"
     compute_candidates(ir_dir, root)
     windows = wikitext_windows(load_tokenizer(ir_dir), shared_path(WIKITEXT), args.windows)
-    reference = reference_log_probs(ir_dir, root, windows)
-    results = {}
-    print(f"{'variant':<20}{'ppl':>10}{'kl':>10}{'top1':>10}")
-    for name in VARIANTS:
-        results[name] = evaluate_against(hybrid(ir_dir, root, name), windows, reference)
-        print(f"{name:<20}" + "".join(f"{results[name][k]:>10.4f}" for k in ("ppl", "kl", "top1")), flush=True)
+    results = evaluate_variants(ir_dir, root, list(VARIANTS), windows)
     out = args.out or Path(f"results/integer_zero_points_smollm2_w{args.windows}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"windows": args.windows, "group_size": GROUP_SIZE, "results": results}, indent=2))

@@ -111,6 +111,18 @@ def hybrid(ir_dir: Path, root: Path, row: str) -> ov.Model:
     return model
 
 
+def evaluate_variants(ir_dir: Path, root: Path, names: list[str], windows: list[np.ndarray]) -> dict[str, Any]:
+    """Every whole-model candidate ``root/NAME`` substituted into the FP IR and evaluated against the FP model's
+    cached log-probs; prints a table as it goes and returns the metrics by name."""
+    reference = reference_log_probs(ir_dir, root, windows)
+    results = {}
+    print(f"{'variant':<20}{'ppl':>10}{'kl':>10}{'top1':>10}")
+    for name in names:
+        results[name] = evaluate_against(hybrid(ir_dir, root, name), windows, reference)
+        print(f"{name:<20}" + "".join(f"{results[name][k]:>10.4f}" for k in ("ppl", "kl", "top1")), flush=True)
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=["smollm2", "qwen"], default="qwen")

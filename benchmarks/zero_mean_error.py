@@ -35,10 +35,8 @@ from nncf import CompressWeightsMode
 from nncf.tensor import Tensor
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _sequential import evaluate_against
-from _sequential import reference_log_probs
 from layer_ablation import decoder_weights
-from layer_ablation import hybrid
+from layer_ablation import evaluate_variants
 
 from nncf_hqq._nncf_glue import WeightCompressionConfig
 from nncf_hqq._nncf_glue import layer_context
@@ -161,12 +159,7 @@ def main() -> None:
     root = cache_dir() / "zero_mean_error" / f"{args.model}_g{GROUP_SIZE}"
     compute_candidates(ir_dir, root, rows)
     windows = wikitext_windows(load_tokenizer(ir_dir), shared_path(WIKITEXT), args.windows)
-    reference = reference_log_probs(ir_dir, root, windows)
-    results = {}
-    print(f"{'variant':<20}{'ppl':>10}{'kl':>10}{'top1':>10}")
-    for name in rows:
-        results[name] = evaluate_against(hybrid(ir_dir, root, name), windows, reference)
-        print(f"{name:<20}" + "".join(f"{results[name][k]:>10.4f}" for k in ("ppl", "kl", "top1")), flush=True)
+    results = evaluate_variants(ir_dir, root, list(rows), windows)
     out = args.out or Path(f"results/zero_mean_error_{args.model}_w{args.windows}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     summary = {"model": args.model, "windows": args.windows, "group_size": GROUP_SIZE, "results": results}
