@@ -98,6 +98,8 @@ ROWS: dict[str, HQQParameters | None] = {
     "awq_df_hqq": HQQ_DEFAULT,
     "awq_df_hqq_int": dataclasses.replace(HQQ_DEFAULT, zero_point_format="integer"),
     "default": HQQ_DEFAULT,
+    "default_no_unit_gain": dataclasses.replace(HQQ_DEFAULT, unit_gain=False),
+    "default_hqq_v": dataclasses.replace(HQQ_DEFAULT, rtn_roles=()),
     "awq_se": None,
     "awq_se_hqq": HQQ_DEFAULT,
 }

@@ -140,8 +140,10 @@ def _codes_kept(compressed: CompressedWeight | None) -> Iterator[None]:
     """While NNCF's OpenVINO backend writes ``compressed``, its ``compress_weight`` returns it as it is.
 
     Given precomputed parameters, NNCF's writer encodes the weight again (a compiled model per weight, as long as
-    its RTN). HQQ's codes are already exactly the nearest codes of the parameters it stores (the same true
-    division, rounding and clipping; tested against NNCF's encoding), so that second encoding is skipped.
+    its RTN). Without ``unit_gain`` HQQ's codes are exactly the nearest codes of the parameters it stores (the
+    same true division, rounding and clipping; tested against NNCF's encoding), so that encoding is only wasted
+    time; with ``unit_gain`` the stored scale is not the one the codes were chosen for, and encoding again would
+    change the weight (tests/test_api.py::test_model_computes_hqq_unit_gain_weights).
     """
     if compressed is None:
         yield

@@ -42,6 +42,9 @@ SYMMETRIC_MODES = (
     CompressWeightsMode.INT2_SYM,
 )
 SUPPORTED_MODES = ASYMMETRIC_MODES + SYMMETRIC_MODES
+#: ``unit_gain`` acts on codes of this many bits or more. Below, the quantization noise is a large part of each
+#: group and scaling it up with the signal costs more than the attenuation it removes (docs/quality.md).
+UNIT_GAIN_MIN_BITS = 4
 
 
 def single_reduction_axis(reduction_axes: int | tuple[int, ...], weight_name: str) -> int:
@@ -162,7 +165,19 @@ class HQQ:
         if importance is not None:
             weights = importance_along_groups(importance, tuple(weight.shape), reduction_axis, config.group_size)
         if config.mode in SYMMETRIC_MODES:
-            return self.compress_symmetric(grouped, axis, bits, weights, role)
+            result = self.compress_symmetric(grouped, axis, bits, weights, role)
+        else:
+            result = self.compress_asymmetric(grouped, axis, bits, weights, role)
+        if params.unit_gain and bits >= UNIT_GAIN_MIN_BITS and not self.keeps_rtn(role):
+            return fast_refine.with_unit_gain(grouped, result, axis)
+        return result
+
+    def compress_asymmetric(
+        self, grouped: Tensor, axis: int, bits: int, weights: Tensor | None, role: AttentionRole | None
+    ) -> CompressedWeight:
+        """Asymmetric HQQ (proximal zero-point loop, refinement, guard), or NNCF's RTN for a role in
+        ``rtn_roles``."""
+        params = self.params
         if self.keeps_rtn(role):
             rtn = to_compressed_weight(grouped, *rtn_scale_zero_point(grouped, axis, bits), bits, True)
             if not self.writes_all_layers:

@@ -18,6 +18,8 @@ from nncf.tensor import functions as fns
 
 from nncf_hqq._nncf_glue import CompressedWeight
 from nncf_hqq.solver import levels_max
+from nncf_hqq.solver import signed_magnitude
+from nncf_hqq.solver import unit_gain_factor_for_codes
 from nncf_hqq.solver import weighted_mean
 
 #: Largest finite float16 value; scales and zero points are clipped into the f16 range.
@@ -105,6 +107,23 @@ def decompress(compressed: CompressedWeight) -> Tensor:
     if compressed.zero_point is not None:
         codes = codes - compressed.zero_point.astype(TensorDataType.float32)
     return codes * compressed.scale.astype(TensorDataType.float32)
+
+
+def with_unit_gain(grouped_weight: Tensor, compressed: CompressedWeight, axis: int) -> CompressedWeight:
+    """The same codes and zero points with every group's scale multiplied by ``solver.unit_gain_factor`` of its
+    reconstruction (numpy reference of ``fast_refine.with_unit_gain``). The codes stay as they are: the model
+    computes ``(q - zero_point) * scale`` with the new scale, which is no longer the scale whose nearest codes
+    they are."""
+    scale = compressed.scale.astype(TensorDataType.float32)
+    factor = unit_gain_factor_for_codes(grouped_weight, compressed.tensor, scale, compressed.zero_point, axis)
+    return rescaled(compressed, factor)
+
+
+def rescaled(compressed: CompressedWeight, factor: Tensor) -> CompressedWeight:
+    """``compressed`` with its scale multiplied by ``factor`` and rounded to f16 again (sign kept)."""
+    scale = compressed.scale.astype(TensorDataType.float32)
+    magnitude = round_to_f16(fns.abs(scale * factor), F16_TINY, F16_MAX)
+    return CompressedWeight(compressed.tensor, contiguous(signed_magnitude(scale, magnitude)), compressed.zero_point)
 
 
 def stored_group_error(

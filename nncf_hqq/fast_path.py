@@ -82,6 +82,7 @@ SUPPORTED_PARAMETERS: dict[str, Callable[[object], bool]] = {
     "scale_estimation_rounds": lambda value: True,
     "rtn_roles": lambda value: True,
     "weighted_proximal": lambda value: True,
+    "unit_gain": lambda value: True,
 }
 #: Bit widths handled (codes up to 255 are exact in f32).
 SUPPORTED_BITS = range(1, 9)
@@ -553,10 +554,11 @@ def block_inputs(
 
 
 def block_rows(array: np.ndarray, begin: int, count: int, fill: float) -> np.ndarray:
-    """Rows ``begin:begin + count`` of ``array`` (a view), padded with ``fill`` for the last, shorter block."""
+    """Rows ``begin:begin + count`` of ``array`` (a view), padded with ``fill`` for the last, shorter block (of
+    the array's dtype)."""
     if begin + count <= array.shape[0]:
         return array[begin : begin + count]
-    block = np.full((count, array.shape[1]), fill, dtype=np.float32)
+    block = np.full((count, array.shape[1]), fill, dtype=array.dtype)
     block[: array.shape[0] - begin] = array[begin:]
     return block
 

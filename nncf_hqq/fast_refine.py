@@ -38,9 +38,11 @@ from nncf_hqq.conversion import choose_per_group
 from nncf_hqq.conversion import contiguous
 from nncf_hqq.conversion import encode
 from nncf_hqq.conversion import hqq_to_nncf
+from nncf_hqq.conversion import rescaled
 from nncf_hqq.conversion import stored_group_error
 from nncf_hqq.conversion import stored_scale_zero_point
 from nncf_hqq.conversion import to_compressed_weight
+from nncf_hqq.conversion import with_unit_gain as with_unit_gain_reference
 from nncf_hqq.parameters import HQQParameters
 from nncf_hqq.parameters import ZeroPointFormat
 from nncf_hqq.solver import MAX_INVERSE_SCALE
@@ -48,6 +50,7 @@ from nncf_hqq.solver import levels_max
 from nncf_hqq.solver import refine_least_squares
 from nncf_hqq.solver import rtn_scale_zero_point
 from nncf_hqq.solver import rtn_scale_zero_point_for_range
+from nncf_hqq.solver import unit_gain
 
 #: Compiled models kept (one per group size, bit width, rounds, zero-point kind and weighting).
 CACHE_SIZE = 16
@@ -165,6 +168,63 @@ def finish_compiled(
     if integer_zero_point:
         zero_point = zero_point.astype(TensorDataType.int32)
     return CompressedWeight(contiguous(codes), contiguous(scale), contiguous(zero_point))
+
+
+def with_unit_gain(grouped: Tensor, compressed: CompressedWeight, axis: int) -> CompressedWeight:
+    """``conversion.with_unit_gain`` (its numpy reference), with the per-group sums computed by a compiled model."""
+    return fast_path.guarded(
+        unit_gain_fallback_reason(grouped, compressed),
+        lambda: with_unit_gain_compiled(grouped, compressed, axis),
+        lambda: with_unit_gain_reference(grouped, compressed, axis),
+        "unit gain",
+    )
+
+
+def unit_gain_fallback_reason(grouped: Tensor, compressed: CompressedWeight) -> str | None:
+    """Why the compiled unit gain cannot be used for this weight, or None when it can."""
+    codes = compressed.tensor
+    if codes.backend != TensorBackend.numpy or codes.data.dtype not in (np.uint8, np.int8):
+        return f"{codes.backend.value} {codes.dtype.value} codes are not handled"
+    return fast_path.tensor_fallback_reason(grouped, 8)
+
+
+def with_unit_gain_compiled(grouped: Tensor, compressed: CompressedWeight, axis: int) -> CompressedWeight:
+    """The compiled ``with_unit_gain`` itself (no dispatch)."""
+    weight = numpy_f32(grouped)
+    axis = axis % weight.ndim
+    rows, codes = fast_path.as_rows(weight, axis), fast_path.as_rows(compressed.tensor.data, axis)
+    shape = compressed.scale.shape
+    scale = fast_path.as_rows(numpy_f32(compressed.scale), axis)[:, 0]
+    zero = np.zeros_like(scale)
+    if compressed.zero_point is not None:
+        zero = fast_path.as_rows(numpy_f32(compressed.zero_point), axis)[:, 0]
+    per_row = np.stack([scale, zero], axis=1)
+    block = fast_path.rows_per_block(rows.shape[1])
+    runner = compiled_gain_sums(block, rows.shape[1], codes.dtype.name)
+    sums = np.empty((2, rows.shape[0]), dtype=np.float32)
+
+    def inputs_at(begin: int) -> list[np.ndarray]:
+        return [fast_path.block_rows(a, begin, block, fill) for a, fill in ((rows, 0.0), (codes, 0), (per_row, 1.0))]
+
+    runner.run(rows.shape[0], inputs_at, [sums])
+    factor = unit_gain(Tensor(sums[0].astype(np.float64)), Tensor(sums[1].astype(np.float64)))
+    return rescaled(compressed, Tensor(fast_path.from_rows(factor.data.astype(np.float32), shape, axis)))
+
+
+@lru_cache(maxsize=CACHE_SIZE)
+def compiled_gain_sums(block: int, group_size: int, codes_dtype: str) -> fast_path.BlockRunner:
+    """A compiled model of every row's ``<W, W>`` and ``<W_hat, W> = scale * <q - zero_point, W>`` ``[2, rows]``
+    for blocks of ``[block, group_size]`` weights, codes (``codes_dtype``) and per-row scale and zero point."""
+    weight = opset.parameter([block, group_size], ov.Type.f32, name="weight")
+    codes = opset.parameter([block, group_size], ov.Type(np.dtype(codes_dtype)), name="codes")
+    per_row = opset.parameter([block, 2], ov.Type.f32, name="per_row")
+    scale, zero = opset.split(per_row, opset.constant(np.int64(1)), 2).outputs()
+    axis = opset.constant(np.array([1], dtype=np.int64))
+    centred = opset.subtract(opset.convert(codes, ov.Type.f32), zero)
+    energy = opset.reduce_sum(opset.multiply(weight, weight), axis, keep_dims=True)
+    projection = opset.multiply(scale, opset.reduce_sum(opset.multiply(centred, weight), axis, keep_dims=True))
+    model = ov.Model([rows_result([energy, projection], block)], [weight, codes, per_row], "unit_gain_sums")
+    return fast_path.BlockRunner(model, block)
 
 
 def numpy_f32(tensor: Tensor) -> np.ndarray:

@@ -98,6 +98,12 @@ class HQQParameters:
         weighted loop runs on the numpy reference only (no compiled fast path), dozens of times slower, for a gain
         not measured. Symmetric modes always weight their (compiled) scale loop by ``importance``: measured better
         there (SmolLM2 INT3_SYM perplexity 98.1 weighted, 102.1 unweighted; docs/quality.md).
+    :param unit_gain: finally multiply every group's scale by ``<W, W> / <W_hat, W>`` (codes and zero point
+        kept), so that the reconstruction has unit gain along the weight. The least-squares refinement minimises the
+        squared error, which attenuates each group by the relative energy of its error; over a deep model that
+        attenuation lowers output quality (docs/quality.md). Acts on 4- and 8-bit codes only
+        (``algorithm.UNIT_GAIN_MIN_BITS``: at 3 and 2 bits the noise it scales up with the signal costs more);
+        weights left to RTN by ``rtn_roles`` are not touched.
     :param rtn_roles: attention projections (by ``AttentionRole``) that keep NNCF's round-to-nearest (integer
         zero point) instead of HQQ, e.g. ``("value",)``; found in the OpenVINO graph, data-free.
     :param scale_estimation_rounds: with ``scale_estimation=True`` (calibration data), rounds of data-aware scale
@@ -118,6 +124,7 @@ class HQQParameters:
     importance: Importance = Importance.NONE
     weighted_proximal: bool = False
     scale_estimation_rounds: int = 4
+    unit_gain: bool = False
     rtn_roles: tuple[AttentionRole, ...] = ()
 
     def __post_init__(self) -> None:
@@ -129,7 +136,7 @@ class HQQParameters:
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 msg = f"HQQParameters.{name} must be an integer >= 0, got {value!r}."
                 raise nncf.ValidationError(msg)
-        for name in ("early_stop", "return_best", "rtn_guard", "preserve_extremes", "weighted_proximal"):
+        for name in ("early_stop", "return_best", "rtn_guard", "preserve_extremes", "weighted_proximal", "unit_gain"):
             if not isinstance(getattr(self, name), bool):
                 msg = f"HQQParameters.{name} must be a bool, got {getattr(self, name)!r}."
                 raise nncf.ValidationError(msg)
@@ -175,12 +182,13 @@ HQQ_REFERENCE = HQQParameters(return_best=False)
 
 #: What ``hqq=True`` does, chosen by model-quality measurements on three real models (docs/quality.md): the
 #: published solver (returning its best iterate), 5 rounds of least-squares refinement that never clip a group's
-#: minimum or maximum weight, objectives weighted by the norm-gain input energy, the per-group RTN guard, and
-#: NNCF's RTN for attention value projections.
+#: minimum or maximum weight, objectives weighted by the norm-gain input energy, the per-group RTN guard, NNCF's
+#: RTN for attention value projections, and finally scales rescaled to unit gain along the weight.
 HQQ_DEFAULT = HQQParameters(
     refine_rounds=5,
     preserve_extremes=True,
     importance=Importance.NORM_GAIN,
     rtn_guard=True,
     rtn_roles=(AttentionRole.VALUE,),
+    unit_gain=True,
 )

@@ -441,6 +441,45 @@ def symmetric_scale_floor(w_min: Tensor, w_max: Tensor, scale: Tensor, num_bits:
     return fns.maximum(negative_end / (-low + 0.5), positive_end / (high + 0.5))
 
 
+#: Bounds of the unit-gain factor (``unit_gain_factor``): a group whose reconstruction is nearly orthogonal to its
+#: weight (a degenerate fit) is not rescaled by more than this.
+UNIT_GAIN_LIMITS = (0.5, 2.0)
+
+
+def unit_gain_factor(weight: Tensor, reconstruction: Tensor, axis: int) -> Tensor:
+    """Per group ``c = <W, W> / <W_hat, W>``: ``c * W_hat`` reproduces the weight with unit gain along itself
+    (``<c W_hat, W> = <W, W>``), so the error of the scaled reconstruction is orthogonal to the weight.
+
+    A least-squares fit leaves its error orthogonal to the reconstruction instead, which attenuates every group by
+    ``||W_hat||^2 / ||W||^2 = 1 - ||r||^2 / ||W||^2``.
+    """
+    return unit_gain(group_inner_product(weight, weight, axis), group_inner_product(reconstruction, weight, axis))
+
+
+def unit_gain_factor_for_codes(
+    weight: Tensor, codes: Tensor, scale: Tensor, zero_point: Tensor | None, axis: int
+) -> Tensor:
+    """``unit_gain_factor`` of the reconstruction ``(q - zero_point) * scale`` without forming it:
+    ``<W_hat, W> = scale * (<q, W> - zero_point * sum(W))``."""
+    cross = group_inner_product(codes.astype(TensorDataType.float32), weight, axis)
+    if zero_point is not None:
+        cross = cross - zero_point.astype(TensorDataType.float32) * fns.sum(weight, axis=axis, keepdims=True)
+    return unit_gain(group_inner_product(weight, weight, axis), scale.astype(TensorDataType.float32) * cross)
+
+
+def unit_gain(energy: Tensor, projection: Tensor) -> Tensor:
+    """``energy / projection``; 1 where ``projection <= 0`` (nothing to match), clipped to ``UNIT_GAIN_LIMITS``."""
+    usable = projection > 0.0
+    return fns.clip(fns.where(usable, energy / fns.where(usable, projection, 1.0), 1.0), *UNIT_GAIN_LIMITS)
+
+
+def group_inner_product(a: Tensor, b: Tensor, axis: int) -> Tensor:
+    """Per group ``sum(a * b)`` along ``axis`` (kept), as one batched matrix product (no elementwise product)."""
+    rows, columns = fns.moveaxis(a, axis, -1), fns.moveaxis(b, axis, -1)
+    product = fns.matmul(rows[..., None, :], columns[..., :, None])[..., 0]
+    return fns.moveaxis(product, -1, axis)
+
+
 def signed_magnitude(sign_of: Tensor, magnitude: Tensor) -> Tensor:
     """``magnitude`` with the sign of ``sign_of`` (positive where it is 0)."""
     return fns.where(sign_of < 0.0, -magnitude, magnitude)

@@ -18,13 +18,19 @@ from openvino import opset13 as opset
 
 import nncf_hqq
 from nncf_hqq import _nncf_glue
+from nncf_hqq._nncf_glue import WeightCompressionConfig
+from nncf_hqq.algorithm import HQQ
+from nncf_hqq.conversion import decompress
 from nncf_hqq.parameters import HQQ_DEFAULT
+from nncf_hqq.parameters import HQQParameters
 from nncf_hqq.parameters import LowBitMode
 from tests.ov_models import input_ids
 from tests.ov_models import run
 from tests.ov_models import transformer_like
 
 INT4 = CompressWeightsMode.INT4_ASYM
+#: The default without ``unit_gain``: its codes are the nearest codes of the parameters it stores.
+NEAREST_CODES = dataclasses.replace(HQQ_DEFAULT, unit_gain=False)
 
 
 def serialized(model: ov.Model, tmp_path: Path, name: str) -> bytes:
@@ -131,9 +137,9 @@ def test_symmetric_hqq_runs_without_zero_points(mode: CompressWeightsMode, refer
 @pytest.mark.parametrize(
     ("mode", "params"),
     [
-        (CompressWeightsMode.INT4_SYM, HQQ_DEFAULT),
-        (CompressWeightsMode.INT8_SYM, HQQ_DEFAULT),
-        (INT4, dataclasses.replace(HQQ_DEFAULT, zero_point_format="integer")),
+        (CompressWeightsMode.INT4_SYM, NEAREST_CODES),
+        (CompressWeightsMode.INT8_SYM, NEAREST_CODES),
+        (INT4, dataclasses.replace(NEAREST_CODES, zero_point_format="integer")),
     ],
     ids=["int4-sym", "int8-sym", "int4-asym-integer-zero-point"],
 )
@@ -169,6 +175,38 @@ def test_writer_keeps_hqq_codes_as_nncf_would_encode_them(
     assert ours.keys() == theirs.keys()
     for name in ours:
         np.testing.assert_array_equal(ours[name], theirs[name], err_msg=name)
+
+
+def matmul_weights(model: ov.Model) -> dict[str, np.ndarray]:
+    """Every MatMul's (decompressed) weight as the model computes it, by the MatMul's friendly name."""
+    found = {}
+    for op in model.get_ordered_ops():
+        if op.get_type_name() == "MatMul" and op.input_value(1).get_node().get_type_name() != "Parameter":
+            subgraph = ov.Model([opset.result(op.input_value(1))], [], "weight")
+            found[op.get_friendly_name()] = ov.Core().compile_model(subgraph, "CPU")({})[0]
+    return found
+
+
+@pytest.mark.parametrize(
+    ("mode", "zero_point_format"),
+    [(CompressWeightsMode.INT4_SYM, "float"), (INT4, "integer"), (INT4, "float")],
+    ids=["int4-sym", "int4-asym-integer-zero-point", "int4-asym-float-zero-point"],
+)
+def test_model_computes_hqq_unit_gain_weights(mode: CompressWeightsMode, zero_point_format: str) -> None:
+    """With ``unit_gain`` the stored scale is not the one whose nearest codes HQQ chose (encoding the weight again
+    from it would change codes): the compressed model must compute exactly HQQ's reconstruction."""
+    params = HQQParameters(refine_rounds=2, rtn_guard=True, unit_gain=True, zero_point_format=zero_point_format)
+    fp = transformer_like(moe=False)
+    model = nncf.compress_weights(
+        transformer_like(moe=False), mode=mode, group_size=32, hqq=True, hqq_params=params, all_layers=True
+    )
+    weights = {op.get_friendly_name(): op.get_data() for op in fp.get_ops() if op.get_type_name() == "Constant"}
+    config = WeightCompressionConfig(mode, group_size=32)
+    computed = matmul_weights(model)
+    for name, axis in (("up_proj", 1), ("down_proj", 0)):
+        expected = decompress(HQQ(params, mode).compress(Tensor(np.array(weights[name])), axis, config)).data
+        matches = [w for w in computed.values() if w.size == expected.size and w.shape == weights[name].shape]
+        assert any(np.allclose(w.reshape(expected.shape), expected, rtol=1e-6, atol=1e-7) for w in matches), name
 
 
 def test_moe_weight_keeps_expert_axis() -> None:
