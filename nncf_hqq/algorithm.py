@@ -42,9 +42,10 @@ SYMMETRIC_MODES = (
     CompressWeightsMode.INT2_SYM,
 )
 SUPPORTED_MODES = ASYMMETRIC_MODES + SYMMETRIC_MODES
-#: ``unit_gain`` acts on codes of this many bits or more. Below, the quantization noise is a large part of each
-#: group and scaling it up with the signal costs more than the attenuation it removes (docs/quality.md).
-UNIT_GAIN_MIN_BITS = 4
+#: ``unit_gain`` acts on codes of this many bits or more: measured better on a real model at 3 and 4 bits
+#: (docs/quality.md); at 2 bits the quantization noise it scales up with the signal is as large as the signal,
+#: and on a random test model it made the outputs worse, so 2-bit codes keep the refined scale.
+UNIT_GAIN_MIN_BITS = 3
 
 
 def single_reduction_axis(reduction_axes: int | tuple[int, ...], weight_name: str) -> int:

@@ -101,8 +101,8 @@ class HQQParameters:
     :param unit_gain: finally multiply every group's scale by ``<W, W> / <W_hat, W>`` (codes and zero point
         kept), so that the reconstruction has unit gain along the weight. The least-squares refinement minimises the
         squared error, which attenuates each group by the relative energy of its error; over a deep model that
-        attenuation lowers output quality (docs/quality.md). Acts on 4- and 8-bit codes only
-        (``algorithm.UNIT_GAIN_MIN_BITS``: at 3 and 2 bits the noise it scales up with the signal costs more);
+        attenuation lowers output quality (docs/quality.md). Acts on codes of 3 bits or more
+        (``algorithm.UNIT_GAIN_MIN_BITS``);
         weights left to RTN by ``rtn_roles`` are not touched.
     :param rtn_roles: attention projections (by ``AttentionRole``) that keep NNCF's round-to-nearest (integer
         zero point) instead of HQQ, e.g. ``("value",)``; found in the OpenVINO graph, data-free.

@@ -172,9 +172,14 @@ def test_unit_gain_dispatch_and_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     assert taken == ["compiled", "reference", "reference"]
 
 
-@pytest.mark.parametrize("mode", [CompressWeightsMode.INT3_SYM, CompressWeightsMode.INT2_SYM], ids=["int3", "int2"])
-def test_unit_gain_leaves_low_bit_codes_alone(mode: CompressWeightsMode) -> None:
+@pytest.mark.parametrize(
+    ("mode", "acts"),
+    [(CompressWeightsMode.INT3_SYM, True), (CompressWeightsMode.INT2_SYM, False)],
+    ids=["int3", "int2"],
+)
+def test_unit_gain_acts_from_three_bits(mode: CompressWeightsMode, acts: bool) -> None:
     weight = Tensor(heavy_tailed((16, 128)))
     config = WeightCompressionConfig(mode, group_size=64)
     plain, gained = (HQQ(p, mode).compress(weight, 1, config) for p in (WITHOUT, WITH))
-    np.testing.assert_array_equal(gained.scale.data, plain.scale.data)
+    np.testing.assert_array_equal(gained.tensor.data, plain.tensor.data)
+    assert np.array_equal(gained.scale.data, plain.scale.data) != acts
