@@ -90,16 +90,16 @@ ROWS: dict[str, HQQParameters | None] = {
         BASE, refine_rounds=10, importance="norm_gain", rtn_guard=True, rtn_roles=("value",)
     ),
     "default_rtn_qkv": dataclasses.replace(HQQ_DEFAULT, rtn_roles=("query", "key", "value")),
-    "default_pe": dataclasses.replace(HQQ_DEFAULT, preserve_extremes=True),
-    "default_pe_hqq_v": dataclasses.replace(HQQ_DEFAULT, preserve_extremes=True, rtn_roles=()),
-    "default_pe_no_norm_gain": dataclasses.replace(HQQ_DEFAULT, preserve_extremes=True, importance="none"),
+    # "_pe" rows: their names from before preserve_extremes joined the default (kept for the recorded commands)
+    "default_pe": HQQ_DEFAULT,
+    "default_hqq_v": dataclasses.replace(HQQ_DEFAULT, rtn_roles=()),
+    "default_pe_no_norm_gain": dataclasses.replace(HQQ_DEFAULT, importance="none"),
     "default_int": dataclasses.replace(HQQ_DEFAULT, zero_point_format="integer"),
     "awq_df": None,
     "awq_df_hqq": HQQ_DEFAULT,
     "awq_df_hqq_int": dataclasses.replace(HQQ_DEFAULT, zero_point_format="integer"),
     "default": HQQ_DEFAULT,
     "default_no_unit_gain": dataclasses.replace(HQQ_DEFAULT, unit_gain=False),
-    "default_hqq_v": dataclasses.replace(HQQ_DEFAULT, rtn_roles=()),
     "awq_se": None,
     "awq_se_hqq": HQQ_DEFAULT,
 }
@@ -119,6 +119,7 @@ SYMMETRIC_VARIANTS = {
     "int4_sym_floor_refine_unweighted": dataclasses.replace(HQQ_DEFAULT, iterations=0, importance="none"),
 }
 ROWS.update(SYMMETRIC_VARIANTS)
+ROWS["default_pe_hqq_v"] = ROWS["default_hqq_v"]
 
 #: Extra ``compress_weights`` options of some rows (data-free AWQ: ``awq=True`` without a dataset; other modes).
 #: ``calibrated`` rows get a dataset of ``--calibration-samples`` random 256-token windows of Tiny Shakespeare.

@@ -102,8 +102,7 @@ class HQQParameters:
         kept), so that the reconstruction has unit gain along the weight. The least-squares refinement minimises the
         squared error, which attenuates each group by the relative energy of its error; over a deep model that
         attenuation lowers output quality (docs/quality.md). Acts on codes of 3 bits or more
-        (``algorithm.UNIT_GAIN_MIN_BITS``);
-        weights left to RTN by ``rtn_roles`` are not touched.
+        (``algorithm.UNIT_GAIN_MIN_BITS``); weights left to RTN by ``rtn_roles`` are not touched.
     :param rtn_roles: attention projections (by ``AttentionRole``) that keep NNCF's round-to-nearest (integer
         zero point) instead of HQQ, e.g. ``("value",)``; found in the OpenVINO graph, data-free.
     :param scale_estimation_rounds: with ``scale_estimation=True`` (calibration data), rounds of data-aware scale
