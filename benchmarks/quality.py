@@ -98,7 +98,12 @@ ROWS: dict[str, HQQParameters | None] = {
     "awq_df": None,
     "awq_df_hqq": HQQ_DEFAULT,
     "awq_df_hqq_int": dataclasses.replace(HQQ_DEFAULT, zero_point_format="integer"),
+    # the default before it left out the lp shrinkage (session 13), and the row that measured leaving it out (as
+    # beta=1e-3 then: no error reaches that beta's shrinkage-free bound of ~200, so the same as the default now)
+    "awq_df_hqq_shrink": dataclasses.replace(HQQ_DEFAULT, shrinkage=True),
+    "awq_df_hqq_no_shrink": HQQ_DEFAULT,
     "default": HQQ_DEFAULT,
+    "default_shrink": dataclasses.replace(HQQ_DEFAULT, shrinkage=True),
     "default_no_unit_gain": dataclasses.replace(HQQ_DEFAULT, unit_gain=False),
     "awq_se": None,
     "awq_se_hqq": HQQ_DEFAULT,
@@ -117,6 +122,8 @@ SYMMETRIC_VARIANTS = {
     "int4_sym_published": HQQ_REFERENCE,
     "int4_sym_floor_only": HQQParameters(iterations=0, preserve_extremes=True),
     "int4_sym_floor_refine_unweighted": dataclasses.replace(HQQ_DEFAULT, iterations=0, importance="none"),
+    "int4_sym_rtn_unit_gain": HQQParameters(iterations=0, unit_gain=True),
+    "int4_sym_clip": dataclasses.replace(HQQ_DEFAULT, preserve_extremes=False),
 }
 ROWS.update(SYMMETRIC_VARIANTS)
 ROWS["default_pe_hqq_v"] = ROWS["default_hqq_v"]
@@ -127,6 +134,8 @@ ROW_OPTIONS: dict[str, dict[str, Any]] = {
     "awq_df": {"awq": True},
     "awq_df_hqq": {"awq": True},
     "awq_df_hqq_int": {"awq": True},
+    "awq_df_hqq_no_shrink": {"awq": True},
+    "awq_df_hqq_shrink": {"awq": True},
     "awq_se": {"awq": True, "scale_estimation": True, "calibrated": True},
     "awq_se_hqq": {"awq": True, "scale_estimation": True, "calibrated": True},
     **{f"int{b}_sym_{m}": {"mode": nncf.CompressWeightsMode(f"int{b}_sym")} for b in (4, 3, 2) for m in ("rtn", "hqq")},

@@ -70,6 +70,7 @@ SUPPORTED_PARAMETERS: dict[str, Callable[[object], bool]] = {
     "lp_norm": lambda value: True,
     "beta": lambda value: True,
     "kappa": lambda value: True,
+    "shrinkage": lambda value: True,
     "iterations": lambda value: True,
     "early_stop": lambda value: True,
     "early_stop_scope": lambda value: value in (EarlyStopScope.TENSOR, EarlyStopScope.GROUP),
@@ -381,7 +382,7 @@ class _ProximalRun(ProximalReplay):
         self.rows = rows
         self.inverse_scale = inverse_scale
         self.num_bits = num_bits
-        self.soft_threshold = params.lp_norm == 1.0
+        self.soft_threshold = params.shrinkage and params.lp_norm == 1.0
         #: Whether iterations run in chunks that drop the settled groups (hard rounding only, see
         #: ``ProximalReplay.settling_trajectories``).
         self.settling = not self.soft_threshold and self.unroll > SETTLE_CHUNK
@@ -421,6 +422,8 @@ class _ProximalRun(ProximalReplay):
         ``|r| <= max(0.5, -(min(u) + z), max(u) + z - q_max)`` (only clipped codes exceed 0.5), checked with the
         extreme zero points of the block against the smallest bound of its iterations.
         """
+        if not self.params.shrinkage:
+            return np.zeros(zeros.shape[1], dtype=bool)
         q_max = levels_max(self.num_bits)
         below = -(scaled_range[0] + zeros.min(axis=0))
         above = scaled_range[1] + zeros.max(axis=0) - q_max

@@ -199,6 +199,8 @@ class _ScaleRun(fast_path.ProximalReplay):
         """Groups where, in some iteration, an element's error might exceed the shrinkage-free bound: at most
         half a step, or a clipped end's distance to its end code (the sign of the scale, which the loop keeps,
         says which end takes the negative codes)."""
+        if not self.params.shrinkage:
+            return np.zeros(scales.shape[1], dtype=bool)
         low, high = signed_levels(self.num_bits)
         magnitude = np.abs(scales)
         smallest, largest = magnitude.min(axis=0), magnitude.max(axis=0)

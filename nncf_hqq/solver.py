@@ -101,6 +101,12 @@ def shrink_lp(x: Tensor, beta: float, p: float) -> Tensor:
     return fns.sign(x) * fns.maximum(magnitude - threshold, 0.0)
 
 
+def sparse_error(error: Tensor, beta: float, params: HQQParameters) -> Tensor:
+    """HQQ's sparse error term ``We``: the lp shrinkage of the reconstruction error (the published solver), or
+    zeros without ``params.shrinkage`` (every update is then the least-squares one for the current codes)."""
+    return shrink_lp(error, beta, params.lp_norm) if params.shrinkage else fns.zeros_like(error)
+
+
 @lru_cache(maxsize=256)
 def shrink_free_bound(beta: float, p: float) -> float:
     """Largest |error| ``x`` with ``x <= (x + eps)^(p - 1) / beta``: up to it the lp shrinkage returns 0.
@@ -186,7 +192,7 @@ def optimize_zero_point_proximal(
         reconstruction = dequantize(codes, inverse_scale, zero)
         error = mean_absolute_error(weight, reconstruction, error_axis, importance)
         improved, best_error, best_zero = keep_best(error, best_error, zero, best_zero, active)
-        shrunk = shrink_lp(weight - reconstruction, beta, params.lp_norm)
+        shrunk = sparse_error(weight - reconstruction, beta, params)
         update = zero_point_update(weight, codes, shrunk, inverse_scale, axis, importance)
         zero = fns.where(active, update, zero)
         beta *= params.kappa
@@ -511,7 +517,7 @@ def scale_proximal_step(
     scale; floored to the extremes with ``params.preserve_extremes``)."""
     codes = symmetric_codes(weight, scale, num_bits)
     error = mean_absolute_error(weight, codes * scale, error_axis, importance)
-    target = weight - shrink_lp(weight - codes * scale, beta, params.lp_norm)
+    target = weight - sparse_error(weight - codes * scale, beta, params)
     update, valid = least_squares_symmetric_scale(codes, target, scale, axis, importance)
     update = fns.where(valid, update, scale)
     if params.preserve_extremes:

@@ -52,7 +52,16 @@ from nncf_hqq.solver import split_into_groups
 from tests import ov_models
 
 #: The ``HQQParameters`` fields the fast path models itself (all others must not be read by the solver).
-MODELLED_FIELDS = {"lp_norm", "beta", "kappa", "iterations", "early_stop", "early_stop_scope", "return_best"}
+MODELLED_FIELDS = {
+    "lp_norm",
+    "beta",
+    "kappa",
+    "shrinkage",
+    "iterations",
+    "early_stop",
+    "early_stop_scope",
+    "return_best",
+}
 
 
 def heavy_tailed(shape: tuple[int, ...], seed: int = 0, scale: float = 0.02) -> np.ndarray:
@@ -118,6 +127,8 @@ def test_matches_reference_default_parameters(
 
 
 STRONG_SHRINKAGE = "p0.5-active-shrinkage"
+#: The default with the published lp shrinkage (``HQQ_DEFAULT`` leaves it out).
+SHRINKING_DEFAULT = dataclasses.replace(HQQ_DEFAULT, shrinkage=True)
 PARAMETER_CASES = [
     pytest.param(HQQ_REFERENCE, id="published-last-iterate"),
     pytest.param(HQQParameters(early_stop_scope=EarlyStopScope.GROUP), id="group-early-stop"),
@@ -129,6 +140,8 @@ PARAMETER_CASES = [
     pytest.param(HQQParameters(lp_norm=1.0), id="p1"),
     pytest.param(HQQParameters(lp_norm=1.0, beta=300.0, early_stop=False), id="p1-active-soft-threshold"),
     pytest.param(HQQParameters(lp_norm=0.5, beta=2.0e4, kappa=1.2), id=STRONG_SHRINKAGE),
+    pytest.param(HQQParameters(lp_norm=0.5, beta=2.0e4, kappa=1.2, shrinkage=False), id="p0.5-shrinkage-off"),
+    pytest.param(HQQParameters(lp_norm=1.0, beta=300.0, shrinkage=False), id="p1-shrinkage-off"),
     pytest.param(
         HQQParameters(zero_point_format=ZeroPointFormat.INTEGER, rtn_guard=True, refine_rounds=2),
         id="post-solver-options",
@@ -162,10 +175,29 @@ def test_groups_where_shrinkage_acts_take_the_shrinking_sweep(
         monkeypatch.setattr(fast_path._ProximalRun, f"{name}_trajectories", spy)
     weight = heavy_tailed((64, 128), seed=2)
     weight[:wide_rows] *= 2000.0  # rows of groups with a range of ~100
-    assert_matches_reference(weight, 1, 32, 4, HQQ_DEFAULT)
+    assert_matches_reference(weight, 1, 32, 4, SHRINKING_DEFAULT)
     assert calls["shrinking"] and 0 < calls["shrinking"][0] < weight.size // 32
     assert (calls["shrinking"][0] > fast_path.FEW_GROUPS) == compiled
     assert bool(calls["reference"]) != compiled
+
+
+def test_default_keeps_scaled_weights_on_the_hard_rounding_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Weights scaled far up (as AWQ scales channels) need the shrinking sweep in the published loop; without
+    the shrinkage every group takes the settling hard-rounding sweep, and the result still equals the reference."""
+    calls: list[int] = []
+    original = fast_path._ProximalRun.shrinking_trajectories
+
+    def spy(self: Any, groups: np.ndarray, zero: np.ndarray, betas: list[float]) -> Any:
+        calls.append(groups.size)
+        return original(self, groups, zero, betas)
+
+    monkeypatch.setattr(fast_path._ProximalRun, "shrinking_trajectories", spy)
+    weight = heavy_tailed((64, 128), seed=2)
+    weight[:40] *= 2000.0
+    assert_matches_reference(weight, 1, 32, 4, HQQ_DEFAULT)
+    assert calls == []
+    assert_matches_reference(weight, 1, 32, 4, SHRINKING_DEFAULT)
+    assert calls
 
 
 def test_constant_and_zero_groups() -> None:

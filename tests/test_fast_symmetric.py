@@ -12,6 +12,7 @@ ratio 1.0000000.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -33,6 +34,7 @@ from tests.test_fast_path import heavy_tailed
 
 PARAMS = {
     "default": HQQ_DEFAULT,
+    "default-with-shrinkage": dataclasses.replace(HQQ_DEFAULT, shrinkage=True),
     "published": HQQ_REFERENCE,
     "group-stop-p1-guard": HQQParameters(early_stop_scope="group", lp_norm=1.0, refine_rounds=3, rtn_guard=True),
     "no-early-stop-40-iterations": HQQParameters(early_stop=False, iterations=40, preserve_extremes=True),
@@ -145,8 +147,11 @@ def test_groups_where_shrinkage_may_act_take_the_reference_operations(monkeypatc
     monkeypatch.setattr(fast_symmetric._ScaleRun, "reference_trajectories", spy)
     weight = heavy_tailed((64, 128), seed=2)
     weight[:5] *= 500.0  # 5 rows of 4 groups of 32 with steps of ~1
-    assert_matches_reference(weight, 32, 4, HQQ_DEFAULT, weighted=True)
+    assert_matches_reference(weight, 32, 4, dataclasses.replace(HQQ_DEFAULT, shrinkage=True), weighted=True)
     assert redone and redone[0] == 20
+    redone.clear()
+    assert_matches_reference(weight, 32, 4, HQQ_DEFAULT, weighted=True)  # the default leaves the shrinkage out
+    assert redone == []
 
 
 def test_dispatch_and_environment_switch(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -28,6 +28,7 @@ from nncf_hqq.parameters import ZeroPointFormat
         pytest.param("iterations", 2.5, id="iterations-float"),
         pytest.param("iterations", True, id="iterations-bool"),
         pytest.param("early_stop", 1, id="early-stop-int"),
+        pytest.param("shrinkage", "off", id="shrinkage-string"),
         pytest.param("rtn_guard", "yes", id="guard-string"),
         pytest.param("early_stop_scope", "layer", id="scope-unknown"),
         pytest.param("zero_point_format", "u4", id="zp-format-unknown"),
@@ -56,7 +57,7 @@ def test_reference_preset_is_the_published_solver() -> None:
         1.01,
         20,
     )
-    assert HQQ_REFERENCE.early_stop and not HQQ_REFERENCE.return_best
+    assert HQQ_REFERENCE.early_stop and not HQQ_REFERENCE.return_best and HQQ_REFERENCE.shrinkage
     assert HQQ_REFERENCE.early_stop_scope is EarlyStopScope.TENSOR
     assert HQQ_REFERENCE.zero_point_format is ZeroPointFormat.FLOAT
     assert not HQQ_REFERENCE.rtn_guard

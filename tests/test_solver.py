@@ -191,6 +191,40 @@ def test_group_scope_stops_each_group_separately() -> None:
     np.testing.assert_array_equal(s_t, s_g)
 
 
+NO_SHRINKAGE = dataclasses.replace(HQQ_REFERENCE, shrinkage=False)
+
+
+@pytest.mark.parametrize("factor", [2.0**-6, 2.0**8, 2.0**12], ids=["scaled-down", "scaled-up", "scaled-far-up"])
+def test_without_shrinkage_the_loop_is_equivariant_to_weight_magnitude(factor: float) -> None:
+    """Scaling a weight by a power of two scales its inverse scale inversely and keeps its zero points exactly.
+    The published loop is not: its shrinkage threshold is absolute (checked on the far-up case)."""
+    groups = heavy_tailed((64, 64), seed=12)
+    s, z = solve_2d(groups, 4, NO_SHRINKAGE)
+    s_scaled, z_scaled = solve_2d(groups * np.float32(factor), 4, NO_SHRINKAGE)
+    np.testing.assert_array_equal(s_scaled, s / np.float32(factor))
+    np.testing.assert_array_equal(z_scaled, z)
+    if factor == 2.0**12:
+        _, z_published = solve_2d(groups * np.float32(factor), 4, HQQ_REFERENCE)
+        assert np.abs(z_published - z).max() > 0.1
+
+
+def test_without_shrinkage_equals_the_published_loop_on_usual_weights() -> None:
+    """Half a step of these weights (std ~0.03) stays far below the shrinkage-free bound (~0.17)."""
+    groups = heavy_tailed((128, 64), seed=13)
+    for published, unshrunk in zip(solve_2d(groups, 4, HQQ_REFERENCE), solve_2d(groups, 4, NO_SHRINKAGE), strict=True):
+        np.testing.assert_array_equal(published, unshrunk)
+
+
+def test_without_shrinkage_each_update_is_the_least_squares_zero_point() -> None:
+    """One iteration from the min/max start: ``z = mean(codes - W * s)`` of the start's codes."""
+    groups = heavy_tailed((32, 64), seed=14) * np.float32(1000.0)
+    s0, z0 = min_max_init(Tensor(groups), 1, 4)
+    params = dataclasses.replace(NO_SHRINKAGE, iterations=1, return_best=False)
+    _, z = solve_2d(groups, 4, params)
+    codes = quantize(Tensor(groups), s0, z0, 4).data
+    np.testing.assert_allclose(z, np.mean(codes - groups * s0.data, axis=1, keepdims=True), rtol=0, atol=1e-5)
+
+
 def test_zero_iterations_keep_min_max_init() -> None:
     groups = heavy_tailed((16, 32))
     s, z = solve_2d(groups, 4, dataclasses.replace(HQQ_DEFAULT, iterations=0))
