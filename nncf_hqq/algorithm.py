@@ -165,19 +165,23 @@ class HQQ:
         weights = None
         if importance is not None:
             weights = importance_along_groups(importance, tuple(weight.shape), reduction_axis, config.group_size)
-        if config.mode in SYMMETRIC_MODES:
-            result = self.compress_symmetric(grouped, axis, bits, weights, role)
-        else:
-            result = self.compress_asymmetric(grouped, axis, bits, weights, role)
-        if params.unit_gain and bits >= UNIT_GAIN_MIN_BITS and not self.keeps_rtn(role):
-            return fast_refine.with_unit_gain(grouped, result, axis)
-        return result
+        gain = params.unit_gain and bits >= UNIT_GAIN_MIN_BITS and not self.keeps_rtn(role)
+        if config.mode not in SYMMETRIC_MODES:
+            return self.compress_asymmetric(grouped, axis, bits, weights, role, gain)
+        result = self.compress_symmetric(grouped, axis, bits, weights, role)
+        return fast_refine.with_unit_gain(grouped, result, axis) if gain else result
 
     def compress_asymmetric(
-        self, grouped: Tensor, axis: int, bits: int, weights: Tensor | None, role: AttentionRole | None
+        self,
+        grouped: Tensor,
+        axis: int,
+        bits: int,
+        weights: Tensor | None,
+        role: AttentionRole | None,
+        unit_gain: bool = False,
     ) -> CompressedWeight:
-        """Asymmetric HQQ (proximal zero-point loop, refinement, guard), or NNCF's RTN for a role in
-        ``rtn_roles``."""
+        """Asymmetric HQQ (proximal zero-point loop, refinement, guard, then ``unit_gain`` if asked), or NNCF's
+        RTN for a role in ``rtn_roles``."""
         params = self.params
         if self.keeps_rtn(role):
             rtn = to_compressed_weight(grouped, *rtn_scale_zero_point(grouped, axis, bits), bits, True)
@@ -188,7 +192,7 @@ class HQQ:
             inverse_scale, zero = fast_path.solve(grouped, axis, bits, params)
         else:
             inverse_scale, zero = hqq_solve(grouped, axis, bits, params, weights)
-        return fast_refine.finish(grouped, inverse_scale, zero, axis, bits, params, weights)
+        return fast_refine.finish(grouped, inverse_scale, zero, axis, bits, params, weights, unit_gain)
 
     def compress_symmetric(
         self, grouped: Tensor, axis: int, bits: int, weights: Tensor | None, role: AttentionRole | None

@@ -50,7 +50,7 @@ from nncf_hqq.solver import levels_max
 from nncf_hqq.solver import refine_least_squares
 from nncf_hqq.solver import rtn_scale_zero_point
 from nncf_hqq.solver import rtn_scale_zero_point_for_range
-from nncf_hqq.solver import unit_gain
+from nncf_hqq.solver import unit_gain as solver_unit_gain
 
 #: Compiled models kept (one per group size, bit width, rounds, zero-point kind and weighting).
 CACHE_SIZE = 16
@@ -64,16 +64,19 @@ def finish(
     num_bits: int,
     params: HQQParameters,
     importance: Tensor | None = None,
+    unit_gain: bool = False,
 ) -> CompressedWeight:
     """Refinement, storage and RTN guard after the proximal solver (see the module doc), compiled where possible.
 
     :param grouped: the grouped weight; ``inverse_scale`` and ``zero`` are the solver's (HQQ convention).
     :param importance: per-element weights broadcastable to ``grouped`` (size 1 on the dims they do not vary on).
+    :param unit_gain: finally rescale every group to unit gain (``conversion.with_unit_gain``); the compiled path
+        takes the sums it needs from the RTN guard's pass over the weight.
     """
     return fast_path.guarded(
         fallback_reason(grouped, num_bits, importance, params),
-        lambda: finish_compiled(grouped, inverse_scale, zero, axis, num_bits, params, importance),
-        lambda: finish_reference(grouped, inverse_scale, zero, axis, num_bits, params, importance),
+        lambda: finish_compiled(grouped, inverse_scale, zero, axis, num_bits, params, importance, unit_gain),
+        lambda: finish_reference(grouped, inverse_scale, zero, axis, num_bits, params, importance, unit_gain),
         "refinement and RTN guard",
     )
 
@@ -90,6 +93,7 @@ def finish_reference(
     num_bits: int,
     params: HQQParameters,
     importance: Tensor | None = None,
+    unit_gain: bool = False,
 ) -> CompressedWeight:
     """The numpy (any ``nncf.tensor`` backend) reference of ``finish``."""
     integer_zero_point = is_integer_zero_point(params)
@@ -110,7 +114,7 @@ def finish_reference(
         rtn = to_compressed_weight(grouped, *rtn_scale_zero_point(grouped, axis, num_bits), num_bits, True)
         errors = (stored_group_error(grouped, c, axis, importance) for c in (result, rtn))
         result = choose_per_group(next(errors) <= next(errors), result, rtn)
-    return result
+    return with_unit_gain_reference(grouped, result, axis) if unit_gain else result
 
 
 def fallback_reason(weight: Tensor, num_bits: int, importance: Tensor | None, params: HQQParameters) -> str | None:
@@ -128,6 +132,7 @@ def finish_compiled(
     num_bits: int,
     params: HQQParameters,
     importance: Tensor | None = None,
+    unit_gain: bool = False,
 ) -> CompressedWeight:
     """The compiled ``finish`` itself (no dispatch); same contract as ``finish_reference``."""
     weight = Tensor(numpy_f32(grouped))
@@ -147,18 +152,21 @@ def finish_compiled(
     s, z, w_min, w_max = refinement.run(rows, columns, row_importance)
     # NaN/Inf weights (NaN makes the solver's parameters NaN; OpenVINO's min/max skip it): the reference's result
     if not (np.isfinite(columns).all() and np.isfinite(w_min).all() and np.isfinite(w_max).all()):
-        return finish_reference(grouped, inverse_scale, zero, axis, num_bits, params, importance)
+        return finish_reference(grouped, inverse_scale, zero, axis, num_bits, params, importance, unit_gain)
     scale, zero_point = stored_scale_zero_point(Tensor(1.0 / s), Tensor(z), num_bits, integer_zero_point)
-    code_rows = None
+    code_rows, gain = None, None
     if params.rtn_guard:
         rtn_range = rtn_scale_zero_point_for_range(Tensor(w_min), Tensor(w_max), num_bits)
         rtn_scale, rtn_zero_point = stored_scale_zero_point(*rtn_range, num_bits, True)
         stacked = np.stack([scale.data, zero_point.data, rtn_scale.data, rtn_zero_point.data], axis=1)
         guard = compiled_guard(block, rows.shape[1], num_bits, weighted)
-        (hqq_error, rtn_error), code_rows = guard.run_with_codes(rows, stacked, row_importance)
+        (hqq_error, rtn_error, energy, cross), code_rows = guard.run_with_codes(rows, stacked, row_importance)
         use_hqq = Tensor(hqq_error <= rtn_error)
         scale = fns.where(use_hqq, scale, rtn_scale)
         zero_point = fns.where(use_hqq, zero_point, rtn_zero_point)
+        if unit_gain:  # from the guard's sums over the kept codes, as ``with_unit_gain_compiled`` computes them
+            projection = scale.data.astype(np.float32) * cross
+            gain = solver_unit_gain(Tensor(energy.astype(np.float64)), Tensor(projection.astype(np.float64)))
     scale = Tensor(fast_path.from_rows(scale.data, shape, axis))
     zero_point = Tensor(fast_path.from_rows(zero_point.data, shape, axis))
     if code_rows is not None:  # the guard's codes of the kept parameters
@@ -167,7 +175,10 @@ def finish_compiled(
         codes = encode(weight, scale, zero_point, num_bits)
     if integer_zero_point:
         zero_point = zero_point.astype(TensorDataType.int32)
-    return CompressedWeight(contiguous(codes), contiguous(scale), contiguous(zero_point))
+    result = CompressedWeight(contiguous(codes), contiguous(scale), contiguous(zero_point))
+    if gain is not None:
+        return rescaled(result, Tensor(fast_path.from_rows(gain.data.astype(np.float32), shape, axis)))
+    return with_unit_gain(grouped, result, axis) if unit_gain else result
 
 
 def with_unit_gain(grouped: Tensor, compressed: CompressedWeight, axis: int) -> CompressedWeight:
@@ -207,7 +218,7 @@ def with_unit_gain_compiled(grouped: Tensor, compressed: CompressedWeight, axis:
         return [fast_path.block_rows(a, begin, block, fill) for a, fill in ((rows, 0.0), (codes, 0), (per_row, 1.0))]
 
     runner.run(rows.shape[0], inputs_at, [sums])
-    factor = unit_gain(Tensor(sums[0].astype(np.float64)), Tensor(sums[1].astype(np.float64)))
+    factor = solver_unit_gain(Tensor(sums[0].astype(np.float64)), Tensor(sums[1].astype(np.float64)))
     return rescaled(compressed, Tensor(fast_path.from_rows(factor.data.astype(np.float32), shape, axis)))
 
 
@@ -411,19 +422,25 @@ def build_refinement_model(
 
 
 def build_guard_model(rows: int, group_size: int, q_max: float, weighted: bool) -> ov.Model:
-    """The (weighted) mean squared error of two stored parameter sets for a ``[rows, group_size]`` block, and the
-    codes of the set each row keeps.
+    """The (weighted) mean squared error of two stored parameter sets for a ``[rows, group_size]`` block, the
+    codes of the set each row keeps, and the sums ``unit_gain`` needs for them.
 
     Per-row input columns: scale and zero point of the first set, then of the second (NNCF's convention, as
-    stored). Outputs: ``[2, rows]``, the error of each set, like ``conversion.stored_group_error``; uint8 codes
-    ``[rows, group_size]`` (``conversion.encode``) of the first set where its error is not larger, else of the second.
+    stored). Outputs: ``[4, rows]``, the error of each set, like ``conversion.stored_group_error``, then the
+    (unweighted) ``<W, W>`` and ``<q - zero_point, W>`` of the kept set; uint8 codes ``[rows, group_size]``
+    (``conversion.encode``) of the first set where its error is not larger, else of the second.
     """
     parameters, weight, columns, importance = block_parameters(rows, group_size, 4, weighted)
     graph = RefinementGraph(weight, importance, q_max)
     (first, first_error), (second, second_error) = (graph.stored_codes_and_error(*columns[i : i + 2]) for i in (0, 2))
-    codes = opset.select(opset.less_equal(first_error, second_error), first, second)
-    errors = rows_result([first_error, second_error], rows)
-    return ov.Model([errors, opset.result(opset.convert(codes, ov.Type.u8))], parameters, "hqq_guard")
+    keep_first = opset.less_equal(first_error, second_error)
+    codes = opset.select(keep_first, first, second)
+    centred = opset.subtract(codes, opset.select(keep_first, columns[1], columns[3]))
+    axis = opset.constant(np.array([1], dtype=np.int64))
+    energy = opset.reduce_sum(opset.multiply(weight, weight), axis, keep_dims=True)
+    cross = opset.reduce_sum(opset.multiply(centred, weight), axis, keep_dims=True)
+    per_row = rows_result([first_error, second_error, energy, cross], rows)
+    return ov.Model([per_row, opset.result(opset.convert(codes, ov.Type.u8))], parameters, "hqq_guard")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -156,6 +156,45 @@ def test_compiled_unit_gain_matches_the_reference(
     assert not np.array_equal(reference.scale.data, plain.scale.data)  # the gain did act
 
 
+FUSED_CASES = [
+    pytest.param((96, 256), 1, 64, 4, WITH, id="int4-g64-default"),
+    pytest.param((256, 72), 0, 32, 4, WITH, id="int4-axis0"),
+    pytest.param((3, 40, 128), 2, 32, 4, WITH, id="3d-moe"),
+    pytest.param((77, 128), 1, -1, 8, WITH, id="int8-per-channel-odd-rows"),
+    pytest.param((96, 256), 1, 64, 4, dataclasses.replace(WITH, zero_point_format="integer"), id="integer-zp"),
+    pytest.param((96, 256), 1, 64, 4, dataclasses.replace(WITH, rtn_guard=False), id="no-guard-separate-pass"),
+]
+
+
+@pytest.mark.parametrize(("shape", "axis", "group_size", "bits", "params"), FUSED_CASES)
+def test_unit_gain_fused_into_the_guard_matches_the_reference(
+    shape: tuple[int, ...], axis: int, group_size: int, bits: int, params: HQQParameters
+) -> None:
+    """The compiled ``finish`` takes the unit-gain sums from the RTN guard's pass: the codes and zero points of the
+    compiled ``finish`` without the gain, and scales within the tolerance of
+    ``test_compiled_unit_gain_matches_the_reference`` (one f16 step, in at most 1% of groups) of the numpy
+    reference ``conversion.with_unit_gain`` applied to that result. The reference ``finish`` with ``unit_gain``
+    is that reference after its own refinement and guard."""
+    grouped, grouped_axis = split_into_groups(Tensor(heavy_tailed(shape, seed=4)), axis, group_size)
+    inverse_scale, zero = fast_path.solve(grouped, grouped_axis, bits, params)
+    run = (grouped, inverse_scale, zero, grouped_axis, bits, params)
+    fused = fast_refine.finish_compiled(*run, unit_gain=True)
+    without = fast_refine.finish_compiled(*run)
+    reference = with_unit_gain(grouped, without, grouped_axis)
+    np.testing.assert_array_equal(fused.tensor.data, without.tensor.data)
+    np.testing.assert_array_equal(fused.zero_point.data, without.zero_point.data)
+    assert fused.zero_point.data.dtype == without.zero_point.data.dtype
+    reference_finish = fast_refine.finish_reference(*run, unit_gain=True)
+    np.testing.assert_array_equal(
+        reference_finish.scale.data,
+        with_unit_gain(grouped, fast_refine.finish_reference(*run), grouped_axis).scale.data,
+    )
+    ratio = fused.scale.data / reference.scale.data
+    assert np.abs(ratio - 1.0).max() <= 2.0**-10 + 1e-7
+    assert np.mean(ratio != 1.0) <= 0.01
+    assert not np.array_equal(fused.scale.data, without.scale.data)  # the gain did act
+
+
 def test_unit_gain_dispatch_and_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     weight = Tensor(heavy_tailed((8, 64)))
     grouped, axis = split_into_groups(weight, 1, 32)
