@@ -512,9 +512,15 @@ class BlockRunner:
         with self.lock:
             self.queue.set_callback(collect)
             for begin in range(0, n, block):
-                inputs = inputs_at(begin)
+                inputs = [np.ascontiguousarray(array) for array in inputs_at(begin)]
                 in_flight.append(inputs)
-                self.queue.start_async(inputs, userdata=(begin, min(block, n - begin)), share_inputs=True)
+                # ``start_async`` starts the queue's first idle request (the one ``get_idle_request_id`` names; the
+                # lock keeps any other caller out), so its inputs are set on it beforehand, as shared tensors:
+                # without the per-call Python input dispatch of ``start_async(inputs)``, ~20% of HQQ's step.
+                request = self.queue[self.queue.get_idle_request_id()]
+                for index, array in enumerate(inputs):
+                    request.set_input_tensor(index, ov.Tensor(array, shared_memory=True))
+                self.queue.start_async(userdata=(begin, min(block, n - begin)))
             self.queue.wait_all()
 
 
