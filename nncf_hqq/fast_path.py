@@ -512,7 +512,7 @@ class BlockRunner:
         with self.lock:
             self.queue.set_callback(collect)
             for begin in range(0, n, block):
-                inputs = [np.ascontiguousarray(array) for array in inputs_at(begin)]
+                inputs = [shareable(array) for array in inputs_at(begin)]
                 in_flight.append(inputs)
                 # ``start_async`` starts the queue's first idle request (the one ``get_idle_request_id`` names; the
                 # lock keeps any other caller out), so its inputs are set on it beforehand, as shared tensors:
@@ -522,6 +522,14 @@ class BlockRunner:
                     request.set_input_tensor(index, ov.Tensor(array, shared_memory=True))
                 self.queue.start_async(userdata=(begin, min(block, n - begin)))
             self.queue.wait_all()
+
+
+def shareable(array: np.ndarray) -> np.ndarray:
+    """``array`` itself where OpenVINO can share its memory as an input tensor (C-contiguous and writeable, which
+    ``ov.Tensor(..., shared_memory=True)`` requires); otherwise a copy (e.g. a read-only view of a model constant)."""
+    if array.flags.c_contiguous and array.flags.writeable:
+        return array
+    return np.array(array, order="C")
 
 
 class CompiledSweep:

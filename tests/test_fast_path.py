@@ -39,6 +39,7 @@ import pytest
 from nncf.tensor import Tensor
 
 from nncf_hqq import fast_path
+from nncf_hqq import fast_refine
 from nncf_hqq import solver
 from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import HQQ_REFERENCE
@@ -212,6 +213,17 @@ def test_constant_and_zero_groups() -> None:
 def test_other_float_dtypes(dtype: type[np.floating]) -> None:
     weight = heavy_tailed((64, 256), seed=4).astype(dtype)
     assert_matches_reference(weight, 1, 64, 4, HQQ_DEFAULT)
+
+
+def test_read_only_weights_are_handled() -> None:
+    """NNCF can hand over a read-only view of a model constant; OpenVINO shares only writeable memory."""
+    weight = heavy_tailed((512, 1024), seed=6)  # several blocks
+    weight.setflags(write=False)
+    assert_matches_reference(weight, 1, 128, 4, HQQ_DEFAULT)
+    grouped, axis = split_into_groups(Tensor(weight), 1, 128)
+    inverse_scale, zero = fast_path.solve_compiled(grouped, axis, 4, HQQ_DEFAULT)
+    finished = fast_refine.finish_compiled(grouped, inverse_scale, zero, axis, 4, HQQ_DEFAULT, None, True)
+    assert np.isfinite(finished.scale.data).all()
 
 
 def test_openvino_tensor_input_gives_the_numpy_result() -> None:
