@@ -364,6 +364,13 @@ class ProximalReplay:
         state.value = _pick(values, current_step, state.value)
         return stopped
 
+    def shrink_free_limit(self, betas: list[float]) -> float:
+        """The largest |error| the lp shrinkage leaves at zero in every one of these iterations (with a safety
+        margin); unbounded without ``params.shrinkage``."""
+        if not self.params.shrinkage:
+            return math.inf
+        return min(shrink_free_bound(beta, self.params.lp_norm) for beta in betas) * (1.0 - SHRINK_MARGIN)
+
     def mean_absolute_errors(self, l1: np.ndarray, units: int) -> np.ndarray:
         """One iteration's mean absolute error in the weight domain: of the whole tensor (``units == 1``) or
         of every group, from the groups' summed |error| (in float64, one iteration at a time)."""
@@ -422,14 +429,11 @@ class _ProximalRun(ProximalReplay):
         ``|r| <= max(0.5, -(min(u) + z), max(u) + z - q_max)`` (only clipped codes exceed 0.5), checked with the
         extreme zero points of the block against the smallest bound of its iterations.
         """
-        if not self.params.shrinkage:
-            return np.zeros(zeros.shape[1], dtype=bool)
         q_max = levels_max(self.num_bits)
         below = -(scaled_range[0] + zeros.min(axis=0))
         above = scaled_range[1] + zeros.max(axis=0) - q_max
         residual = np.maximum(np.maximum(below, above), 0.5)
-        limit = min(shrink_free_bound(beta, self.params.lp_norm) for beta in betas) * (1.0 - SHRINK_MARGIN)
-        return residual * ((1.0 + SHRINK_MARGIN) / self.inverse_scale) > limit
+        return residual * ((1.0 + SHRINK_MARGIN) / self.inverse_scale) > self.shrink_free_limit(betas)
 
     def shrinking_trajectories(
         self, groups: np.ndarray, zero: np.ndarray, betas: list[float]

@@ -42,7 +42,6 @@ from nncf_hqq.solver import SHRINK_MARGIN
 from nncf_hqq.solver import optimize_scale_proximal
 from nncf_hqq.solver import refine_symmetric_scale
 from nncf_hqq.solver import scale_proximal_step
-from nncf_hqq.solver import shrink_free_bound
 from nncf_hqq.solver import signed_levels
 from nncf_hqq.solver import signed_magnitude
 from nncf_hqq.solver import symmetric_init
@@ -199,8 +198,6 @@ class _ScaleRun(fast_path.ProximalReplay):
         """Groups where, in some iteration, an element's error might exceed the shrinkage-free bound: at most
         half a step, or a clipped end's distance to its end code (the sign of the scale, which the loop keeps,
         says which end takes the negative codes)."""
-        if not self.params.shrinkage:
-            return np.zeros(scales.shape[1], dtype=bool)
         low, high = signed_levels(self.num_bits)
         magnitude = np.abs(scales)
         smallest, largest = magnitude.min(axis=0), magnitude.max(axis=0)
@@ -209,8 +206,7 @@ class _ScaleRun(fast_path.ProximalReplay):
         positive_end = np.where(start > 0.0, w_max, w_min)
         clipped = np.maximum(negative_end + low * smallest, positive_end - high * smallest)
         residual = np.maximum(0.5 * largest, clipped)
-        limit = min(shrink_free_bound(beta, self.params.lp_norm) for beta in betas) * (1.0 - SHRINK_MARGIN)
-        return residual * (1.0 + SHRINK_MARGIN) > limit
+        return residual * (1.0 + SHRINK_MARGIN) > self.shrink_free_limit(betas)
 
     def reference_trajectories(
         self, groups: np.ndarray, start: np.ndarray, betas: list[float]

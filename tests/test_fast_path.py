@@ -157,23 +157,30 @@ def test_matches_reference_parameters(params: HQQParameters, bits: int, request:
     assert_matches_reference(heavy_tailed((128, 256), seed=1), 1, 64, bits, params, strong_shrinkage=strong)
 
 
+#: The two ways ``_ProximalRun`` recomputes groups where the lp shrinkage may act.
+SWEEPS = ("shrinking", "reference")
+
+
+def group_counts(monkeypatch: pytest.MonkeyPatch, cls: type, method: str) -> list[int]:
+    """Spies on ``cls.method(self, groups, start, betas)``: the number of groups of every call, in order."""
+    counts: list[int] = []
+    original = getattr(cls, method)
+
+    def spy(self: Any, groups: np.ndarray, start: np.ndarray, betas: list[float]) -> Any:
+        counts.append(groups.size)
+        return original(self, groups, start, betas)
+
+    monkeypatch.setattr(cls, method, spy)
+    return counts
+
+
 @pytest.mark.parametrize(("wide_rows", "compiled"), [(8, False), (40, True)], ids=["few-groups-numpy", "compiled"])
 def test_groups_where_shrinkage_acts_take_the_shrinking_sweep(
     monkeypatch: pytest.MonkeyPatch, wide_rows: int, compiled: bool
 ) -> None:
     """Wide groups (small inverse scale) fall outside the shrinkage-free bound and are recomputed with the lp
     shrinkage: compiled, or with the reference's operations when they are few."""
-    calls: dict[str, list[int]] = {"shrinking": [], "reference": []}
-    for name in calls:
-        original = getattr(fast_path._ProximalRun, f"{name}_trajectories")
-
-        def spy(
-            self: Any, groups: np.ndarray, zero: np.ndarray, betas: list[float], _f: Any = original, _n: str = name
-        ) -> Any:
-            calls[_n].append(groups.size)
-            return _f(self, groups, zero, betas)
-
-        monkeypatch.setattr(fast_path._ProximalRun, f"{name}_trajectories", spy)
+    calls = {name: group_counts(monkeypatch, fast_path._ProximalRun, f"{name}_trajectories") for name in SWEEPS}
     weight = heavy_tailed((64, 128), seed=2)
     weight[:wide_rows] *= 2000.0  # rows of groups with a range of ~100
     assert_matches_reference(weight, 1, 32, 4, SHRINKING_DEFAULT)
@@ -185,14 +192,7 @@ def test_groups_where_shrinkage_acts_take_the_shrinking_sweep(
 def test_default_keeps_scaled_weights_on_the_hard_rounding_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
     """Weights scaled far up (as AWQ scales channels) need the shrinking sweep in the published loop; without
     the shrinkage every group takes the settling hard-rounding sweep, and the result still equals the reference."""
-    calls: list[int] = []
-    original = fast_path._ProximalRun.shrinking_trajectories
-
-    def spy(self: Any, groups: np.ndarray, zero: np.ndarray, betas: list[float]) -> Any:
-        calls.append(groups.size)
-        return original(self, groups, zero, betas)
-
-    monkeypatch.setattr(fast_path._ProximalRun, "shrinking_trajectories", spy)
+    calls = group_counts(monkeypatch, fast_path._ProximalRun, "shrinking_trajectories")
     weight = heavy_tailed((64, 128), seed=2)
     weight[:40] *= 2000.0
     assert_matches_reference(weight, 1, 32, 4, HQQ_DEFAULT)

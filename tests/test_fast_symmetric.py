@@ -30,6 +30,7 @@ from nncf_hqq.parameters import HQQParameters
 from nncf_hqq.solver import split_into_groups
 from nncf_hqq.solver import symmetric_codes
 from nncf_hqq.solver import symmetric_init
+from tests.test_fast_path import group_counts
 from tests.test_fast_path import heavy_tailed
 
 PARAMS = {
@@ -137,14 +138,7 @@ def test_settling_sweep_equals_the_full_sweep(shape: tuple[int, ...], group_size
 
 def test_groups_where_shrinkage_may_act_take_the_reference_operations(monkeypatch: pytest.MonkeyPatch) -> None:
     """Rows scaled far up have half-steps beyond the shrinkage-free bound: exactly those are recomputed."""
-    redone: list[int] = []
-    original = fast_symmetric._ScaleRun.reference_trajectories
-
-    def spy(self: Any, groups: np.ndarray, start: np.ndarray, betas: list[float]) -> Any:
-        redone.append(groups.size)
-        return original(self, groups, start, betas)
-
-    monkeypatch.setattr(fast_symmetric._ScaleRun, "reference_trajectories", spy)
+    redone = group_counts(monkeypatch, fast_symmetric._ScaleRun, "reference_trajectories")
     weight = heavy_tailed((64, 128), seed=2)
     weight[:5] *= 500.0  # 5 rows of 4 groups of 32 with steps of ~1
     assert_matches_reference(weight, 32, 4, dataclasses.replace(HQQ_DEFAULT, shrinkage=True), weighted=True)
