@@ -13,9 +13,9 @@ from pathlib import Path
 import numpy as np
 import openvino as ov
 
-from nncf_hqq.evaluation import StatefulLLM
-from nncf_hqq.evaluation import log_softmax64
-from nncf_hqq.evaluation import nll_sum
+from nncf_hqq.llm.evaluation import StatefulLLM
+from nncf_hqq.llm.evaluation import log_softmax64
+from nncf_hqq.llm.evaluation import nll_sum
 
 
 def reference_log_probs(ir_dir: Path, root: Path, windows: list[np.ndarray]) -> np.ndarray:

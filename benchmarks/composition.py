@@ -21,13 +21,13 @@ import numpy as np
 import openvino as ov
 
 import nncf_hqq  # noqa: F401
-from nncf_hqq.evaluation import calibration_samples
-from nncf_hqq.evaluation import evaluate_llms
-from nncf_hqq.evaluation import load_tokenizer
-from nncf_hqq.evaluation import wikitext_windows
-from nncf_hqq.models import ir_xml
-from nncf_hqq.models import shared_path
-from nncf_hqq.models import smollm2_ov_dir
+from nncf_hqq.llm.evaluation import calibration_samples
+from nncf_hqq.llm.evaluation import evaluate_llms
+from nncf_hqq.llm.evaluation import load_tokenizer
+from nncf_hqq.llm.evaluation import wikitext_windows
+from nncf_hqq.llm.models import ir_xml
+from nncf_hqq.llm.models import shared_path
+from nncf_hqq.llm.models import smollm2_ov_dir
 
 WIKITEXT = "data/wikitext-2-raw/wiki.test.raw"
 SHAKESPEARE = "data/tinyshakespeare/input.txt"

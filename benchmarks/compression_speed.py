@@ -34,7 +34,7 @@ QWEN_HIDDEN, QWEN_INTERMEDIATE, QWEN_KV, QWEN_LAYERS = 1536, 8960, 256, 28
 Case = dict[str, Any]
 
 #: Methods compared. "hqq" is what ``hqq=True`` does (``HQQ_DEFAULT``: proximal loop plus refinement, RTN guard,
-#: norm-gain importance, ...); "hqq_proximal" is the proximal solver alone (``HQQParameters()``), on the fast path
+#: norm-gain importance, ...); "hqq_proximal" is the proximal solver alone (``HQQ_REFERENCE``), on the fast path
 #: or, with the fast path switched off, on the numpy reference.
 METHODS = {
     "rtn": "NNCF RTN",
@@ -119,9 +119,9 @@ def find_smollm_ir() -> Path | None:
 
 def hqq_parameters(method: str) -> Any:
     from nncf_hqq import HQQ_DEFAULT
-    from nncf_hqq import HQQParameters
+    from nncf_hqq import HQQ_REFERENCE
 
-    return HQQ_DEFAULT if method == "hqq" else HQQParameters()
+    return HQQ_DEFAULT if method == "hqq" else HQQ_REFERENCE
 
 
 def compression_mode(case: Case) -> Any:
@@ -187,17 +187,17 @@ def weight_operation(case: Case) -> tuple[Callable[[], Any], Callable[[], Any]]:
     from nncf.quantization.algorithms.weight_compression.weight_lowering import compress_weight
     from nncf.tensor import Tensor
 
-    from nncf_hqq import fast_path
-    from nncf_hqq.algorithm import HQQ
-    from nncf_hqq.solver import hqq_solve
-    from nncf_hqq.solver import split_into_groups
+    from nncf_hqq.hqq import HQQ
+    from nncf_hqq.kernels import proximal
+    from nncf_hqq.maths.solver import hqq_solve
+    from nncf_hqq.maths.solver import split_into_groups
 
     mode = compression_mode(case)
     config = WeightCompressionConfig(mode=mode, group_size=group_size)
     weight = Tensor(ov.Tensor(values))  # what NNCF's OpenVINO backend hands to the compression step
     if case["kind"] == "solver":
         grouped, axis = split_into_groups(Tensor(values), 1, group_size)
-        solver = hqq_solve if method.endswith("_reference") else fast_path.solve
+        solver = hqq_solve if method.endswith("_reference") else proximal.solve
         return lambda: None, lambda: solver(grouped, axis, bits, hqq_parameters(method))
     if method == "rtn":
         return lambda: None, lambda: compress_weight(weight, (1,), config)

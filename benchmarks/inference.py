@@ -150,8 +150,8 @@ def decoder_stack(hidden: int, intermediate: int, kv: int, layers: int, seed: in
 
 
 def smollm2_model() -> ov.Model:
-    from nncf_hqq.models import ir_xml
-    from nncf_hqq.models import smollm2_ov_dir
+    from nncf_hqq.llm.models import ir_xml
+    from nncf_hqq.llm.models import smollm2_ov_dir
 
     return ov.Core().read_model(ir_xml(smollm2_ov_dir()))
 

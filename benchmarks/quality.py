@@ -31,23 +31,23 @@ from nncf_hqq import HQQ_DEFAULT
 from nncf_hqq import HQQ_REFERENCE
 from nncf_hqq import HQQParameters
 from nncf_hqq import LowBitMode
-from nncf_hqq.evaluation import calibration_samples
-from nncf_hqq.evaluation import embedding_cosine
-from nncf_hqq.evaluation import evaluate_llms
-from nncf_hqq.evaluation import load_tokenizer
-from nncf_hqq.evaluation import wikitext_lines
-from nncf_hqq.evaluation import wikitext_windows
-from nncf_hqq.models import cache_dir
-from nncf_hqq.models import ir_xml
-from nncf_hqq.models import minilm_ov_dir
-from nncf_hqq.models import qwen_ov_dir
-from nncf_hqq.models import shared_path
-from nncf_hqq.models import smollm2_ov_dir
+from nncf_hqq.llm.evaluation import calibration_samples
+from nncf_hqq.llm.evaluation import embedding_cosine
+from nncf_hqq.llm.evaluation import evaluate_llms
+from nncf_hqq.llm.evaluation import load_tokenizer
+from nncf_hqq.llm.evaluation import wikitext_lines
+from nncf_hqq.llm.evaluation import wikitext_windows
+from nncf_hqq.llm.models import cache_dir
+from nncf_hqq.llm.models import ir_xml
+from nncf_hqq.llm.models import minilm_ov_dir
+from nncf_hqq.llm.models import qwen_ov_dir
+from nncf_hqq.llm.models import shared_path
+from nncf_hqq.llm.models import smollm2_ov_dir
 
 WIKITEXT = "data/wikitext-2-raw/wiki.test.raw"
 SHAKESPEARE = "data/tinyshakespeare/input.txt"
 #: The published solver, returning its best iterate: the variants below add to it.
-BASE = HQQParameters()
+BASE = HQQ_REFERENCE
 
 #: Rows of the table: None is NNCF's RTN, otherwise the HQQ parameters of the row.
 ROWS: dict[str, HQQParameters | None] = {
@@ -120,9 +120,9 @@ for _bits in (3, 2):
 SYMMETRIC_VARIANTS = {
     "int4_sym_refine_only": dataclasses.replace(HQQ_DEFAULT, iterations=0),
     "int4_sym_published": HQQ_REFERENCE,
-    "int4_sym_floor_only": HQQParameters(iterations=0, preserve_extremes=True),
+    "int4_sym_floor_only": HQQ_REFERENCE.replace(iterations=0, preserve_extremes=True),
     "int4_sym_floor_refine_unweighted": dataclasses.replace(HQQ_DEFAULT, iterations=0, importance="none"),
-    "int4_sym_rtn_unit_gain": HQQParameters(iterations=0, unit_gain=True),
+    "int4_sym_rtn_unit_gain": HQQ_REFERENCE.replace(iterations=0, unit_gain=True),
     "int4_sym_clip": dataclasses.replace(HQQ_DEFAULT, preserve_extremes=False),
 }
 ROWS.update(SYMMETRIC_VARIANTS)

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import nncf_hqq  # noqa: F401  (installs the hqq-aware nncf.compress_weights that optimum-intel calls)
-from nncf_hqq import models
+from nncf_hqq.llm import models
 
 PROMPT = "What is the capital of France? Answer in one sentence."
 

@@ -16,11 +16,11 @@ from nncf import IgnoredScope
 from nncf import SensitivityMetric
 from nncf.quantization.advanced_parameters import AdvancedCompressionParameters as NNCFAdvancedCompressionParameters
 
-from nncf_hqq._nncf_glue import check_versions
-from nncf_hqq._nncf_glue import original_compress_weights
-from nncf_hqq._nncf_glue import weight_compression_with_hqq
-from nncf_hqq.algorithm import HQQ
-from nncf_hqq.algorithm import SUPPORTED_MODES
+from nncf_hqq._nncf import check_versions
+from nncf_hqq._nncf import original_compress_weights
+from nncf_hqq.hqq import HQQ
+from nncf_hqq.hqq import SUPPORTED_MODES
+from nncf_hqq.integration import weight_compression_with_hqq
 from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import HQQParameters
 from nncf_hqq.parameters import LowBitMode
@@ -65,8 +65,9 @@ def compress_weights(
     points of the layers compressed in ``mode``; layers in the backup precision keep NNCF's round-to-nearest.
 
     :param hqq: whether to use HQQ.
-    :param hqq_params: HQQ's hyper-parameters (``HQQParameters`` or a dict of its fields). They can also be
-        given as ``nncf_hqq.AdvancedCompressionParameters(hqq_params=...)``. Defaults to ``HQQ_DEFAULT``.
+    :param hqq_params: HQQ's hyper-parameters: an ``HQQParameters``, or a dict of fields to change in the
+        recommended configuration (``HQQParameters()``). They can also be given as
+        ``nncf_hqq.AdvancedCompressionParameters(hqq_params=...)``. Defaults to ``HQQParameters()``.
     :return: the model with compressed weights.
     """
     nncf_arguments = {
@@ -100,7 +101,8 @@ def compress_weights(
         validate_low_bit_request(low_bit, params, nncf_arguments)
         nncf_arguments["mode"] = mode = CompressWeightsMode.INT4_ASYM
     validate_hqq_request(model, mode, gptq, compression_format)
-    hqq_algorithm = HQQ(params, mode, low_bit.num_bits if low_bit is not None else None)
+    subset_size = (advanced_parameters or NNCFAdvancedCompressionParameters()).scale_estimation_params.subset_size
+    hqq_algorithm = HQQ(params, mode, low_bit.num_bits if low_bit is not None else None, subset_size)
     with weight_compression_with_hqq(hqq_algorithm):
         return original_compress_weights(model, **nncf_arguments)
 
@@ -138,7 +140,8 @@ def validate_low_bit_request(low_bit: LowBitMode, params: HQQParameters, nncf_ar
 def resolve_hqq_parameters(
     hqq_params: HQQParameters | dict[str, Any] | None, advanced_parameters: NNCFAdvancedCompressionParameters | None
 ) -> HQQParameters:
-    """The HQQ parameters from ``hqq_params`` or the advanced parameters (not both), else ``HQQ_DEFAULT``."""
+    """The HQQ parameters from ``hqq_params`` or the advanced parameters (not both), else ``HQQ_DEFAULT``; a dict
+    changes those fields of ``HQQ_DEFAULT``."""
     advanced = getattr(advanced_parameters, "hqq_params", None)
     if hqq_params is not None and advanced is not None:
         msg = "HQQ parameters were given twice: as hqq_params and as advanced_parameters.hqq_params. Give one."
@@ -149,12 +152,7 @@ def resolve_hqq_parameters(
     if isinstance(chosen, HQQParameters):
         return chosen
     if isinstance(chosen, dict):
-        known = {f.name for f in dataclasses.fields(HQQParameters)}
-        unknown = sorted(set(chosen) - known)
-        if unknown:
-            msg = f"Unknown HQQ parameter(s) {unknown}; known: {sorted(known)}."
-            raise nncf.ValidationError(msg)
-        return HQQParameters(**chosen)
+        return HQQ_DEFAULT.replace(**chosen)
     msg = f"hqq_params must be an nncf_hqq.HQQParameters or a dict, got {type(chosen).__name__}."
     raise nncf.ValidationError(msg)
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
 
 import nncf
 
@@ -46,7 +48,7 @@ class Importance(str, Enum):
 
 
 class AttentionRole(str, Enum):
-    """Which attention input a projection MatMul produces (see ``nncf_hqq.roles``)."""
+    """Which attention input a projection MatMul produces (see ``nncf_hqq.openvino.graph``)."""
 
     QUERY = "query"
     KEY = "key"
@@ -75,10 +77,16 @@ class LowBitMode(str, Enum):
 class HQQParameters:
     """Hyper-parameters of Half-Quadratic Quantization (Badri & Shaji, 2023).
 
+    ``HQQParameters()`` is the recommended configuration, what ``hqq=True`` uses (also named ``HQQ_DEFAULT``); the
+    measurements behind it are in docs/quality.md. ``HQQ_REFERENCE`` is the published solver exactly. Change a
+    few fields of either with ``replace`` (``HQQ_REFERENCE.replace(iterations=40)``); a dict given as
+    ``hqq_params`` changes the recommended configuration the same way.
+
     :param lp_norm: p of the lp "norm" (0 < p <= 1) whose proximal (shrinkage) operator sparsifies the error.
     :param beta: initial penalty weight of the half-quadratic splitting (> 0).
     :param kappa: factor by which beta grows each iteration (>= 1).
-    :param shrinkage: sparsify the error with the lp proximal operator in every iteration (the published solver).
+    :param shrinkage: sparsify the error with the lp proximal operator in every iteration (the published solver;
+        off by default).
         False: the sparse error term is zero, so each update is the least-squares zero point (or symmetric scale)
         for the current codes. The two agree wherever no error exceeds the shrinkage-free bound (about 0.17 for
         the published ``beta``, ``lp_norm``), which is where HQQ runs on LLM weights of the usual magnitude; only
@@ -87,8 +95,8 @@ class HQQParameters:
     :param iterations: maximal number of proximal iterations (>= 0; 0 keeps the min/max initialisation).
     :param early_stop: stop as soon as the mean absolute error stops decreasing.
     :param early_stop_scope: whether the early stop watches the whole tensor or every group separately.
-    :param return_best: return the best iterate seen. The published solver instead returns the zero point
-        produced by the step after the last improvement (a step that was never evaluated).
+    :param return_best: return the best iterate seen (default). The published solver instead returns the zero
+        point produced by the step after the last improvement (a step that was never evaluated).
     :param zero_point_format: FLOAT (f16 zero point) or INTEGER (u4/u8 zero point, optimised under the constraint).
     :param rtn_guard: per group, keep NNCF's round-to-nearest result where it reconstructs the weight better
         (by the same, possibly importance-weighted, squared error), so that this error is never above RTN's.
@@ -103,12 +111,12 @@ class HQQParameters:
     :param weighted_proximal: also weight the asymmetric proximal loop by ``importance``. Off by default: that
         weighted loop runs on the numpy reference only (no compiled fast path), dozens of times slower, for a gain
         not measured. Symmetric modes always weight their (compiled) scale loop by ``importance``: measured better
-        there (SmolLM2 INT3_SYM perplexity 98.1 weighted, 102.1 unweighted; docs/quality.md).
+        there (docs/quality.md).
     :param unit_gain: finally multiply every group's scale by ``<W, W> / <W_hat, W>`` (codes and zero point
         kept), so that the reconstruction has unit gain along the weight. The least-squares refinement minimises the
         squared error, which attenuates each group by the relative energy of its error; over a deep model that
         attenuation lowers output quality (docs/quality.md). Acts on codes of 3 bits or more
-        (``algorithm.UNIT_GAIN_MIN_BITS``); weights left to RTN by ``rtn_roles`` are not touched.
+        (``nncf_hqq.hqq.UNIT_GAIN_MIN_BITS``); weights left to RTN by ``rtn_roles`` are not touched.
     :param rtn_roles: attention projections (by ``AttentionRole``) that keep NNCF's round-to-nearest (integer
         zero point) instead of HQQ, e.g. ``("value",)``; found in the OpenVINO graph, data-free.
     :param scale_estimation_rounds: with ``scale_estimation=True`` (calibration data), rounds of data-aware scale
@@ -118,20 +126,20 @@ class HQQParameters:
     lp_norm: float = 0.7
     beta: float = 10.0
     kappa: float = 1.01
-    shrinkage: bool = True
+    shrinkage: bool = False
     iterations: int = 20
     early_stop: bool = True
     early_stop_scope: EarlyStopScope = EarlyStopScope.TENSOR
     return_best: bool = True
     zero_point_format: ZeroPointFormat = ZeroPointFormat.FLOAT
-    rtn_guard: bool = False
-    refine_rounds: int = 0
-    preserve_extremes: bool = False
-    importance: Importance = Importance.NONE
+    rtn_guard: bool = True
+    refine_rounds: int = 5
+    preserve_extremes: bool = True
+    importance: Importance = Importance.NORM_GAIN
     weighted_proximal: bool = False
     scale_estimation_rounds: int = 4
-    unit_gain: bool = False
-    rtn_roles: tuple[AttentionRole, ...] = ()
+    unit_gain: bool = True
+    rtn_roles: tuple[AttentionRole, ...] = (AttentionRole.VALUE,)
 
     def __post_init__(self) -> None:
         _check_number("lp_norm", self.lp_norm, lambda v: 0.0 < v <= 1.0, "in (0, 1]")
@@ -158,6 +166,15 @@ class HQQParameters:
         _coerce_enum(self, "zero_point_format", ZeroPointFormat)
         _coerce_enum(self, "importance", Importance)
         _coerce_roles(self)
+
+    def replace(self, **changes: Any) -> HQQParameters:
+        """A copy with the given fields changed, validated like a new instance."""
+        known = {field.name for field in dataclasses.fields(self)}
+        unknown = sorted(set(changes) - known)
+        if unknown:
+            msg = f"Unknown HQQ parameter(s) {unknown}; known: {sorted(known)}."
+            raise nncf.ValidationError(msg)
+        return dataclasses.replace(self, **changes)
 
 
 def _check_number(name: str, value: object, ok: Callable[[float], bool], expected: str) -> None:
@@ -191,21 +208,23 @@ def _coerce_roles(params: HQQParameters) -> None:
     object.__setattr__(params, "rtn_roles", coerced)
 
 
-#: The solver exactly as published in the reference `hqq` library (legacy proximal solver, float zero point).
-HQQ_REFERENCE = HQQParameters(return_best=False)
+#: What ``hqq=True`` uses: ``HQQParameters()``. The published solver (returning its best iterate) without its lp
+#: shrinkage; 5 rounds of least-squares refinement that never clip a group's minimum or maximum weight; objectives
+#: weighted by the norm-gain input energy; the per-group RTN guard; NNCF's RTN for attention value projections; and
+#: finally scales rescaled to unit gain along the weight. Chosen by model-quality measurements (docs/quality.md).
+HQQ_DEFAULT = HQQParameters()
 
-#: What ``hqq=True`` does, chosen by model-quality measurements on three real models (docs/quality.md): the
-#: published solver (returning its best iterate) without its lp shrinkage, which on these models' own weights
-#: acts in 11 of 1.66 M groups (SmolLM2; none on the Qwen model) but on most groups of AWQ-scaled weights;
-#: 5 rounds of least-squares refinement that never clip a group's minimum or maximum weight; objectives weighted
-#: by the norm-gain input energy; the per-group RTN guard; NNCF's RTN for attention value projections; and
-#: finally scales rescaled to unit gain along the weight.
-HQQ_DEFAULT = HQQParameters(
-    shrinkage=False,
-    refine_rounds=5,
-    preserve_extremes=True,
-    importance=Importance.NORM_GAIN,
-    rtn_guard=True,
-    rtn_roles=(AttentionRole.VALUE,),
-    unit_gain=True,
+#: The solver exactly as published in the reference ``hqq`` library (legacy proximal solver, float zero point):
+#: min/max initialisation, 20 proximal zero-point iterations with the lp shrinkage (p = 0.7, beta = 10,
+#: kappa = 1.01), early stop on the tensor's mean absolute error, and the zero point of the step after the last
+#: improvement.
+HQQ_REFERENCE = HQQParameters(
+    shrinkage=True,
+    return_best=False,
+    rtn_guard=False,
+    refine_rounds=0,
+    preserve_extremes=False,
+    importance=Importance.NONE,
+    unit_gain=False,
+    rtn_roles=(),
 )

@@ -17,12 +17,15 @@ from nncf.tensor import Tensor
 from openvino import opset13 as opset
 
 import nncf_hqq
-from nncf_hqq import _nncf_glue
-from nncf_hqq._nncf_glue import WeightCompressionConfig
-from nncf_hqq.algorithm import HQQ
-from nncf_hqq.conversion import decompress
+from nncf_hqq import _nncf
+from nncf_hqq import integration
+from nncf_hqq._nncf import WeightCompressionConfig
+from nncf_hqq.hqq import HQQ
+from nncf_hqq.hqq import all_finite
+from nncf_hqq.maths.conversion import decompress
+from nncf_hqq.openvino import backend as ov_backend
 from nncf_hqq.parameters import HQQ_DEFAULT
-from nncf_hqq.parameters import HQQParameters
+from nncf_hqq.parameters import HQQ_REFERENCE
 from nncf_hqq.parameters import LowBitMode
 from tests.ov_models import input_ids
 from tests.ov_models import run
@@ -82,7 +85,7 @@ def reference_output() -> np.ndarray:
     ],
 )
 def test_without_hqq_nncf_is_byte_for_byte_unchanged(tmp_path: Path, hqq: object, kwargs: dict) -> None:
-    theirs = _nncf_glue.original_compress_weights(transformer_like(), **kwargs)
+    theirs = _nncf.original_compress_weights(transformer_like(), **kwargs)
     ours = nncf.compress_weights(transformer_like(), hqq=hqq, **kwargs)
     assert serialized_up_to_auto_names(ours, tmp_path, "ours") == serialized_up_to_auto_names(
         theirs, tmp_path, "theirs"
@@ -148,17 +151,19 @@ def test_writer_keeps_hqq_codes_as_nncf_would_encode_them(
 ) -> None:
     """NNCF's writer does not encode HQQ's weights a second time, and the model is the same as when it does."""
     encoded: list[bool] = []
-    original = _nncf_glue._ov_backend.compress_weight
+    import nncf.quantization.algorithms.weight_compression.openvino_backend as nncf_ov_backend
+
+    original = nncf_ov_backend.compress_weight
 
     def spy(weight: Any, axes: Any, config: Any, precomputed: Any = None) -> Any:
         encoded.append(precomputed is not None)
         return original(weight, axes, config, precomputed)
 
-    monkeypatch.setattr(_nncf_glue._ov_backend, "compress_weight", spy)
+    monkeypatch.setattr(nncf_ov_backend, "compress_weight", spy)
     group_size = 32 if mode != CompressWeightsMode.INT8_SYM else -1
     kept = nncf.compress_weights(transformer_like(), mode=mode, group_size=group_size, hqq=True, hqq_params=params)
     assert not any(encoded)  # at most NNCF's own (backup-precision) layers were encoded, from scratch
-    monkeypatch.setattr(_nncf_glue, "_codes_kept", lambda compressed: contextlib.nullcontext())
+    monkeypatch.setattr(ov_backend, "codes_kept", lambda compressed: contextlib.nullcontext())
     encoded.clear()
     encoded_again = nncf.compress_weights(
         transformer_like(), mode=mode, group_size=group_size, hqq=True, hqq_params=params
@@ -195,7 +200,7 @@ def matmul_weights(model: ov.Model) -> dict[str, np.ndarray]:
 def test_model_computes_hqq_unit_gain_weights(mode: CompressWeightsMode, zero_point_format: str) -> None:
     """With ``unit_gain`` the stored scale is not the one whose nearest codes HQQ chose (encoding the weight again
     from it would change codes): the compressed model must compute exactly HQQ's reconstruction."""
-    params = HQQParameters(refine_rounds=2, rtn_guard=True, unit_gain=True, zero_point_format=zero_point_format)
+    params = HQQ_REFERENCE.replace(refine_rounds=2, rtn_guard=True, unit_gain=True, zero_point_format=zero_point_format)
     fp = transformer_like(moe=False)
     model = nncf.compress_weights(
         transformer_like(moe=False), mode=mode, group_size=32, hqq=True, hqq_params=params, all_layers=True
@@ -277,7 +282,7 @@ def test_save_and_read_round_trip_is_bit_identical(tmp_path: Path) -> None:
 
 
 def test_hqq_params_dict_and_advanced_parameters_are_equivalent(tmp_path: Path) -> None:
-    params = nncf_hqq.HQQParameters(iterations=3)
+    params = nncf_hqq.HQQ_DEFAULT.replace(iterations=3)
     a = nncf.compress_weights(transformer_like(), mode=INT4, group_size=32, hqq=True, hqq_params=params)
     b = nncf.compress_weights(transformer_like(), mode=INT4, group_size=32, hqq=True, hqq_params={"iterations": 3})
     advanced = nncf_hqq.AdvancedCompressionParameters(hqq_params=params)
@@ -378,10 +383,10 @@ def test_torch_model_is_unsupported_backend() -> None:
 
 def test_untested_nncf_version_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(nncf, "__version__", "9.9.9")
-    monkeypatch.delenv(_nncf_glue.ALLOW_UNTESTED_ENV, raising=False)
+    monkeypatch.delenv(_nncf.ALLOW_UNTESTED_ENV, raising=False)
     with pytest.raises(nncf.UnsupportedVersionError, match=r"nncf 9\.9\.9 is installed"):
         nncf.compress_weights(transformer_like(), mode=INT4, hqq=True)
-    monkeypatch.setenv(_nncf_glue.ALLOW_UNTESTED_ENV, "1")
+    monkeypatch.setenv(_nncf.ALLOW_UNTESTED_ENV, "1")
     nncf.compress_weights(transformer_like(), mode=INT4, group_size=32, hqq=True)
 
 
@@ -408,18 +413,18 @@ def test_weight_compression_class_is_restored_after_call_and_error() -> None:
     ids=["finite", "overflowing-sum", "f16-large", "inf-pair", "nan", "f16-inf"],
 )
 def test_all_finite(values: np.ndarray, expected: bool) -> None:
-    assert _nncf_glue.all_finite(values) is expected
+    assert all_finite(values) is expected
 
 
 def test_progress_bar_names_the_hqq_stage(monkeypatch: pytest.MonkeyPatch) -> None:
     descriptions: list[str] = []
-    original = _nncf_glue.track
+    original = integration.track
 
     def spy(*args: object, **kwargs: object) -> object:
         descriptions.append(str(kwargs.get("description")))
         return original(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(_nncf_glue, "track", spy)
+    monkeypatch.setattr(integration, "track", spy)
     nncf.compress_weights(transformer_like(), mode=INT4, group_size=32, hqq=True)
     assert "Applying Weight Compression (HQQ)" in descriptions
     import nncf.quantization.algorithms.weight_compression.algorithm as wc_algorithm
@@ -508,10 +513,10 @@ def test_low_bit_asymmetric_mode_with_mixed_precision() -> None:
     ids=["int4-sym", "int4-asym", "int8-sym-as-is", "int3-sym-as-is"],
 )
 def test_4bit_codes_are_packed_as_openvino_packs_them(mode: CompressWeightsMode, dtype: type, packed: bool) -> None:
-    config = _nncf_glue.WeightCompressionConfig(mode=mode, group_size=32)
+    config = WeightCompressionConfig(mode=mode, group_size=32)
     low, high = (-8, 8) if dtype == np.int8 else (0, 16)
     codes = np.random.default_rng(0).integers(low, high, size=(6, 2, 32)).astype(dtype)
-    result = _nncf_glue.as_4bit_tensor(Tensor(codes), config)
+    result = ov_backend.as_4bit_tensor(Tensor(codes), config)
     if not packed:
         assert result.data is codes
         return
@@ -521,4 +526,4 @@ def test_4bit_codes_are_packed_as_openvino_packs_them(mode: CompressWeightsMode,
         opset.constant(result.data).get_data(), opset.constant(codes, dtype=element_type).get_data()
     )
     odd = Tensor(codes[:1, :1, :31].copy())  # an odd number of codes
-    assert _nncf_glue.as_4bit_tensor(odd, config).data is odd.data
+    assert ov_backend.as_4bit_tensor(odd, config).data is odd.data

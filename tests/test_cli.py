@@ -21,9 +21,9 @@ import numpy as np
 import openvino as ov
 import pytest
 
-from nncf_hqq import cli
-from nncf_hqq import models
-from nncf_hqq import workflows
+from nncf_hqq.llm import cli
+from nncf_hqq.llm import models
+from nncf_hqq.llm import workflows
 from tests.test_evaluation import text_path  # noqa: F401  (fixture)
 from tests.test_evaluation import tiny_llm  # noqa: F401  (fixture)
 
@@ -122,7 +122,7 @@ def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_command_line_process_reports_errors_without_traceback(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "nncf_hqq.cli", "compress", str(tmp_path / "nothing.xml"), str(tmp_path / "out")],
+        [sys.executable, "-m", "nncf_hqq.llm.cli", "compress", str(tmp_path / "nothing.xml"), str(tmp_path / "out")],
         capture_output=True,
         text=True,
         check=False,
@@ -171,7 +171,7 @@ def test_missing_optional_dependency_names_the_extra(
 
 
 def test_demo_cache_option_points_the_model_cache_elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from nncf_hqq.demo import model_cache
+    from nncf_hqq.llm.demo import model_cache
 
     monkeypatch.setenv(models.CACHE_ENV, "/somewhere")
     with model_cache(tmp_path / "cache"):

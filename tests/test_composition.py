@@ -11,11 +11,11 @@ from nncf import SensitivityMetric
 from nncf.tensor import Tensor
 
 import nncf_hqq  # noqa: F401
+from nncf_hqq.maths.solver import activation_error
+from nncf_hqq.maths.solver import hqq_solve
+from nncf_hqq.maths.solver import output_projections
+from nncf_hqq.maths.solver import refine_scale_on_activations
 from nncf_hqq.parameters import HQQ_DEFAULT
-from nncf_hqq.solver import activation_error
-from nncf_hqq.solver import hqq_solve
-from nncf_hqq.solver import output_projections
-from nncf_hqq.solver import refine_scale_on_activations
 from tests.ov_models import VOCAB
 from tests.ov_models import input_ids
 from tests.ov_models import run

@@ -1,4 +1,4 @@
-"""Tests of nncf_hqq.evaluation (the PROTOCOL.md metrics) and nncf_hqq.models (offline model plumbing).
+"""Tests of nncf_hqq.llm.evaluation (the PROTOCOL.md metrics) and nncf_hqq.llm.models (offline model plumbing).
 
 The LLM tests build a tiny random Llama with a word-level tokenizer, export it with optimum-intel and check the metrics
 against direct numpy computations. They need the ``llm`` extra and skip without it. Tests on the real models are
@@ -15,8 +15,8 @@ import numpy as np
 import openvino as ov
 import pytest
 
-from nncf_hqq import evaluation as ev
-from nncf_hqq import models
+from nncf_hqq.llm import evaluation as ev
+from nncf_hqq.llm import models
 
 VOCAB_WORDS = 250
 WINDOW = 32
@@ -265,7 +265,7 @@ def test_embedding_cosine_on_a_tiny_bert(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# nncf_hqq.models plumbing (no network, no heavy dependencies)
+# nncf_hqq.llm.models plumbing (no network, no heavy dependencies)
 # --------------------------------------------------------------------------------------------------------------------
 def test_cache_dir_honours_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(models.CACHE_ENV, str(tmp_path / "cache"))

@@ -7,10 +7,13 @@ import dataclasses
 import nncf
 import pytest
 
+from nncf_hqq.api import resolve_hqq_parameters
 from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import HQQ_REFERENCE
+from nncf_hqq.parameters import AttentionRole
 from nncf_hqq.parameters import EarlyStopScope
 from nncf_hqq.parameters import HQQParameters
+from nncf_hqq.parameters import Importance
 from nncf_hqq.parameters import ZeroPointFormat
 
 
@@ -61,3 +64,55 @@ def test_reference_preset_is_the_published_solver() -> None:
     assert HQQ_REFERENCE.early_stop_scope is EarlyStopScope.TENSOR
     assert HQQ_REFERENCE.zero_point_format is ZeroPointFormat.FLOAT
     assert not HQQ_REFERENCE.rtn_guard
+    assert HQQ_REFERENCE.refine_rounds == 0 and not HQQ_REFERENCE.preserve_extremes and not HQQ_REFERENCE.unit_gain
+    assert HQQ_REFERENCE.importance is Importance.NONE and HQQ_REFERENCE.rtn_roles == ()
+
+
+#: The recommended configuration, field by field: a change to any default must change this test too.
+RECOMMENDED = {
+    "lp_norm": 0.7,
+    "beta": 10.0,
+    "kappa": 1.01,
+    "shrinkage": False,
+    "iterations": 20,
+    "early_stop": True,
+    "early_stop_scope": EarlyStopScope.TENSOR,
+    "return_best": True,
+    "zero_point_format": ZeroPointFormat.FLOAT,
+    "rtn_guard": True,
+    "refine_rounds": 5,
+    "preserve_extremes": True,
+    "importance": Importance.NORM_GAIN,
+    "weighted_proximal": False,
+    "scale_estimation_rounds": 4,
+    "unit_gain": True,
+    "rtn_roles": (AttentionRole.VALUE,),
+}
+
+
+def test_default_constructor_is_the_recommended_configuration() -> None:
+    assert dataclasses.asdict(HQQParameters()) == RECOMMENDED
+    assert HQQParameters() == HQQ_DEFAULT
+
+
+def test_replace_changes_only_the_named_fields_and_validates() -> None:
+    changed = HQQ_REFERENCE.replace(iterations=40, rtn_guard=True)
+    assert (changed.iterations, changed.rtn_guard) == (40, True)
+    assert dataclasses.replace(changed, iterations=20, rtn_guard=False) == HQQ_REFERENCE
+    with pytest.raises(nncf.ValidationError, match=r"HQQParameters\.iterations must .* -3"):
+        HQQ_DEFAULT.replace(iterations=-3)
+    with pytest.raises(nncf.ValidationError, match=r"Unknown HQQ parameter\(s\) \['iteration'\]"):
+        HQQ_DEFAULT.replace(iteration=3)
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        pytest.param(None, HQQ_DEFAULT, id="nothing-is-the-default"),
+        pytest.param({}, HQQ_DEFAULT, id="empty-dict-is-the-default"),
+        pytest.param({"zero_point_format": "integer"}, HQQ_DEFAULT.replace(zero_point_format="integer"), id="dict"),
+        pytest.param(HQQ_REFERENCE, HQQ_REFERENCE, id="instance-as-given"),
+    ],
+)
+def test_hqq_params_dict_changes_the_default(given: object, expected: HQQParameters) -> None:
+    assert resolve_hqq_parameters(given, None) == expected  # type: ignore[arg-type]

@@ -13,29 +13,29 @@ from hypothesis.extra import numpy as hnp
 from nncf.tensor import Tensor
 from nncf.tensor import functions as fns
 
+from nncf_hqq.maths.solver import SHRINK_EPS
+from nncf_hqq.maths.solver import dequantize
+from nncf_hqq.maths.solver import floor_symmetric_scale_to_extremes
+from nncf_hqq.maths.solver import group_squared_error
+from nncf_hqq.maths.solver import hqq_solve
+from nncf_hqq.maths.solver import least_squares_scale_for_zero
+from nncf_hqq.maths.solver import least_squares_scale_zero
+from nncf_hqq.maths.solver import min_max_init
+from nncf_hqq.maths.solver import optimize_scale_proximal
+from nncf_hqq.maths.solver import quantize
+from nncf_hqq.maths.solver import refine_least_squares
+from nncf_hqq.maths.solver import refine_symmetric_scale
+from nncf_hqq.maths.solver import shrink_free_bound
+from nncf_hqq.maths.solver import shrink_lp
+from nncf_hqq.maths.solver import split_into_groups
+from nncf_hqq.maths.solver import symmetric_codes
+from nncf_hqq.maths.solver import symmetric_init
+from nncf_hqq.maths.solver import weighted_mean
+from nncf_hqq.maths.solver import zero_point_update
 from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import HQQ_REFERENCE
 from nncf_hqq.parameters import EarlyStopScope
 from nncf_hqq.parameters import HQQParameters
-from nncf_hqq.solver import SHRINK_EPS
-from nncf_hqq.solver import dequantize
-from nncf_hqq.solver import floor_symmetric_scale_to_extremes
-from nncf_hqq.solver import group_squared_error
-from nncf_hqq.solver import hqq_solve
-from nncf_hqq.solver import least_squares_scale_for_zero
-from nncf_hqq.solver import least_squares_scale_zero
-from nncf_hqq.solver import min_max_init
-from nncf_hqq.solver import optimize_scale_proximal
-from nncf_hqq.solver import quantize
-from nncf_hqq.solver import refine_least_squares
-from nncf_hqq.solver import refine_symmetric_scale
-from nncf_hqq.solver import shrink_free_bound
-from nncf_hqq.solver import shrink_lp
-from nncf_hqq.solver import split_into_groups
-from nncf_hqq.solver import symmetric_codes
-from nncf_hqq.solver import symmetric_init
-from nncf_hqq.solver import weighted_mean
-from nncf_hqq.solver import zero_point_update
 from tests.reference_hqq import published_hqq
 from tests.reference_hqq import reconstruct
 
@@ -326,7 +326,7 @@ def test_floor_symmetric_scale_to_extremes(group: list[float], scale: float, exp
 def test_symmetric_hqq_with_preserved_extremes_never_clips_them(seed: int) -> None:
     weight = (np.random.default_rng(seed).standard_t(3, size=(8, 64)) * 0.02).astype(np.float32)
     grouped, axis = split_into_groups(Tensor(weight), 1, 16)
-    params = HQQParameters(preserve_extremes=True, refine_rounds=3)
+    params = HQQ_REFERENCE.replace(preserve_extremes=True, refine_rounds=3)
     scale = optimize_scale_proximal(grouped, symmetric_init(grouped, axis, 4), axis, 4, params)
     scale = refine_symmetric_scale(grouped, scale, axis, 4, 3, None, preserve_extremes=True)
     reconstruction = symmetric_codes(grouped, scale, 4) * scale

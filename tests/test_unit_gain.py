@@ -16,18 +16,19 @@ from nncf.quantization.algorithms.weight_compression.config import WeightCompres
 from nncf.tensor import Tensor
 from nncf.tensor import TensorDataType
 
-from nncf_hqq import fast_path
-from nncf_hqq import fast_refine
-from nncf_hqq._nncf_glue import CompressedWeight
-from nncf_hqq.algorithm import HQQ
-from nncf_hqq.conversion import decompress
-from nncf_hqq.conversion import with_unit_gain
+from nncf_hqq._nncf import CompressedWeight
+from nncf_hqq.hqq import HQQ
+from nncf_hqq.kernels import proximal
+from nncf_hqq.kernels import refine
+from nncf_hqq.kernels import runtime
+from nncf_hqq.maths.conversion import decompress
+from nncf_hqq.maths.conversion import with_unit_gain
+from nncf_hqq.maths.solver import UNIT_GAIN_LIMITS
+from nncf_hqq.maths.solver import split_into_groups
+from nncf_hqq.maths.solver import unit_gain_factor
 from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import AttentionRole
 from nncf_hqq.parameters import HQQParameters
-from nncf_hqq.solver import UNIT_GAIN_LIMITS
-from nncf_hqq.solver import split_into_groups
-from nncf_hqq.solver import unit_gain_factor
 
 WITHOUT = dataclasses.replace(HQQ_DEFAULT, unit_gain=False)
 WITH = dataclasses.replace(HQQ_DEFAULT, unit_gain=True)
@@ -147,7 +148,7 @@ def test_compiled_unit_gain_matches_the_reference(
     config = WeightCompressionConfig(mode, group_size=group_size)
     plain = HQQ(WITHOUT, mode).compress(Tensor(weight), axis, config)
     grouped, grouped_axis = split_into_groups(Tensor(weight), axis, group_size)
-    compiled = fast_refine.with_unit_gain_compiled(grouped, plain, grouped_axis)
+    compiled = refine.with_unit_gain_compiled(grouped, plain, grouped_axis)
     reference = with_unit_gain(grouped, plain, grouped_axis)
     assert compiled.scale.shape == reference.scale.shape
     ratio = compiled.scale.data / reference.scale.data
@@ -176,18 +177,18 @@ def test_unit_gain_fused_into_the_guard_matches_the_reference(
     reference ``conversion.with_unit_gain`` applied to that result. The reference ``finish`` with ``unit_gain``
     is that reference after its own refinement and guard."""
     grouped, grouped_axis = split_into_groups(Tensor(heavy_tailed(shape, seed=4)), axis, group_size)
-    inverse_scale, zero = fast_path.solve(grouped, grouped_axis, bits, params)
+    inverse_scale, zero = proximal.solve(grouped, grouped_axis, bits, params)
     run = (grouped, inverse_scale, zero, grouped_axis, bits, params)
-    fused = fast_refine.finish_compiled(*run, unit_gain=True)
-    without = fast_refine.finish_compiled(*run)
+    fused = refine.finish_compiled(*run, unit_gain=True)
+    without = refine.finish_compiled(*run)
     reference = with_unit_gain(grouped, without, grouped_axis)
     np.testing.assert_array_equal(fused.tensor.data, without.tensor.data)
     np.testing.assert_array_equal(fused.zero_point.data, without.zero_point.data)
     assert fused.zero_point.data.dtype == without.zero_point.data.dtype
-    reference_finish = fast_refine.finish_reference(*run, unit_gain=True)
+    reference_finish = refine.finish_reference(*run, unit_gain=True)
     np.testing.assert_array_equal(
         reference_finish.scale.data,
-        with_unit_gain(grouped, fast_refine.finish_reference(*run), grouped_axis).scale.data,
+        with_unit_gain(grouped, refine.finish_reference(*run), grouped_axis).scale.data,
     )
     ratio = fused.scale.data / reference.scale.data
     assert np.abs(ratio - 1.0).max() <= 2.0**-10 + 1e-7
@@ -200,14 +201,14 @@ def test_unit_gain_dispatch_and_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     grouped, axis = split_into_groups(weight, 1, 32)
     plain = HQQ(WITHOUT).compress(weight, 1, WeightCompressionConfig(CompressWeightsMode.INT4_ASYM, 32))
     taken: list[str] = []
-    monkeypatch.setattr(fast_refine, "with_unit_gain_compiled", lambda *a: taken.append("compiled") or plain)
-    monkeypatch.setattr(fast_refine, "with_unit_gain_reference", lambda *a: taken.append("reference") or plain)
-    fast_refine.with_unit_gain(grouped, plain, axis)
-    monkeypatch.setenv(fast_path.DISABLE_ENV, "1")
-    fast_refine.with_unit_gain(grouped, plain, axis)
-    monkeypatch.delenv(fast_path.DISABLE_ENV)
+    monkeypatch.setattr(refine, "with_unit_gain_compiled", lambda *a: taken.append("compiled") or plain)
+    monkeypatch.setattr(refine, "with_unit_gain_reference", lambda *a: taken.append("reference") or plain)
+    refine.with_unit_gain(grouped, plain, axis)
+    monkeypatch.setenv(runtime.DISABLE_ENV, "1")
+    refine.with_unit_gain(grouped, plain, axis)
+    monkeypatch.delenv(runtime.DISABLE_ENV)
     float_codes = CompressedWeight(plain.tensor.astype(TensorDataType.float32), plain.scale, plain.zero_point)
-    fast_refine.with_unit_gain(grouped, float_codes, axis)
+    refine.with_unit_gain(grouped, float_codes, axis)
     assert taken == ["compiled", "reference", "reference"]
 
 

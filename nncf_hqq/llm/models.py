@@ -54,7 +54,7 @@ def cache_dir() -> Path:
 
 def shared_dir() -> Path:
     """The project's ``shared/`` directory: ``$NNCF_HQQ_SHARED``, else ``shared`` beside the repository root."""
-    candidates = [os.environ.get(SHARED_ENV), Path(__file__).resolve().parents[2] / "shared", "/work/shared"]
+    candidates = [os.environ.get(SHARED_ENV), Path(__file__).resolve().parents[3] / "shared", "/work/shared"]
     for candidate in candidates:
         if candidate and Path(candidate).is_dir():
             return Path(candidate)

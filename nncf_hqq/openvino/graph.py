@@ -1,15 +1,22 @@
-"""Data-free importance of a MatMul's input channels, read from an OpenVINO graph.
+"""Data-free facts about a weight, read from the OpenVINO graph around the MatMul that consumes it.
 
-A MatMul fed by a normalisation layer sees ``x_hat * gamma (+ beta)`` with ``x_hat`` of zero mean and unit
-mean square per token (RMSNorm: ``gamma`` only; LayerNorm: ``gamma`` and ``beta``), so its input channel j
-carries an expected energy ``gamma_j^2 + beta_j^2``. The output error of that MatMul is then
+Input importance: a MatMul fed by a normalisation layer sees ``x_hat * gamma (+ beta)`` with ``x_hat`` of zero
+mean and unit mean square per token (RMSNorm: ``gamma`` only; LayerNorm: ``gamma`` and ``beta``), so its input
+channel j carries an expected energy ``gamma_j^2 + beta_j^2``. The output error of that MatMul is then
 ``sum_j energy_j * ||dW[:, j]||^2`` (for uncorrelated channels): the weight error weighted by that energy.
+
+Attention roles: whether the MatMul produces the query, key or value input of attention. Value outputs are averaged
+over tokens by attention, which lets an error component shared by the tokens survive, so HQQ can leave chosen roles
+to NNCF's round-to-nearest (``HQQParameters.rtn_roles``; the measurements behind the default are in
+docs/quality.md).
 """
 
 from __future__ import annotations
 
 import numpy as np
 import openvino as ov
+
+from nncf_hqq.parameters import AttentionRole
 
 #: Added to every importance, relative to their mean, so that no group has a total weight of zero.
 IMPORTANCE_FLOOR = 1e-4
@@ -81,3 +88,46 @@ def norm_gain_importance(weight: ov.Node, channels: int) -> np.ndarray | None:
     if not np.isfinite(energy).all():
         return None
     return (energy + IMPORTANCE_FLOOR * energy.mean()).astype(np.float32)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Attention roles
+# --------------------------------------------------------------------------------------------------------------------
+
+#: How far (in nodes) the search follows a projection's output towards the attention op.
+MAX_DEPTH = 12
+#: Ops the search does not follow: they only read shapes or write state.
+_DEAD_ENDS = {"ShapeOf", "Assign", "Result"}
+#: Input index of ScaledDotProductAttention by role.
+_SDPA_INPUTS = {0: "query", 1: "key", 2: "value"}
+
+
+def attention_role(weight: ov.Node) -> AttentionRole | None:
+    """The attention input fed by the MatMul that consumes ``weight``, or None when it feeds no attention.
+
+    Follows the MatMul's output through reshapes, transposes, RoPE, KV-cache concatenation and the like until a
+    ``ScaledDotProductAttention`` (the input index gives the role) or, for decomposed attention, a MatMul
+    (second operand of a MatMul whose first comes from Softmax: value; otherwise: query or key, not told apart).
+    """
+    found = consuming_matmul(weight)
+    if found is None:
+        return None
+    frontier, seen = [(found[0], 0)], set()
+    while frontier:
+        node, depth = frontier.pop(0)
+        for target in node.output(0).get_target_inputs():
+            consumer, index = target.get_node(), target.get_index()
+            kind = consumer.get_type_name()
+            if kind == "ScaledDotProductAttention" and index in _SDPA_INPUTS:
+                return AttentionRole(_SDPA_INPUTS[index])
+            if kind == "MatMul":
+                other = consumer.input_value(1 - index).get_node().get_type_name()
+                if other == "Softmax" and index == 1:
+                    return AttentionRole.VALUE
+                continue
+            key = consumer.get_friendly_name()
+            if kind in _DEAD_ENDS or key in seen or depth >= MAX_DEPTH:
+                continue
+            seen.add(key)
+            frontier.append((consumer, depth + 1))
+    return None

@@ -1,4 +1,4 @@
-"""A compiled OpenVINO implementation of ``nncf_hqq.solver.hqq_solve`` and the dispatch to it.
+"""A compiled OpenVINO implementation of ``nncf_hqq.maths.solver.hqq_solve`` and the dispatch to it.
 
 ``solve`` runs the fast path when it can reproduce the reference and ``hqq_solve`` otherwise.
 
@@ -28,41 +28,44 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
-import threading
 from collections.abc import Callable
 from functools import lru_cache
-from typing import TypeVar
 from typing import cast
 
 import numpy as np
 import openvino as ov
-from nncf.common.logging import nncf_logger
 from nncf.tensor import Tensor
 from nncf.tensor import TensorBackend
 from nncf.tensor import TensorDataType
 from openvino import opset13 as opset
 
+from nncf_hqq.kernels.runtime import CACHE_SIZE
+from nncf_hqq.kernels.runtime import BlockRunner
+from nncf_hqq.kernels.runtime import as_rows
+from nncf_hqq.kernels.runtime import block_rows
+from nncf_hqq.kernels.runtime import compiled_extremes
+from nncf_hqq.kernels.runtime import from_rows
+from nncf_hqq.kernels.runtime import guarded
+from nncf_hqq.kernels.runtime import rows_per_block
+from nncf_hqq.kernels.runtime import stack_columns
+from nncf_hqq.kernels.runtime import tensor_fallback_reason
+from nncf_hqq.maths.solver import SHRINK_EPS
+from nncf_hqq.maths.solver import SHRINK_MARGIN
+from nncf_hqq.maths.solver import dequantize
+from nncf_hqq.maths.solver import hqq_solve
+from nncf_hqq.maths.solver import levels_max
+from nncf_hqq.maths.solver import mean_absolute_error
+from nncf_hqq.maths.solver import min_max_init_for_range
+from nncf_hqq.maths.solver import quantize
+from nncf_hqq.maths.solver import shrink_free_bound
+from nncf_hqq.maths.solver import shrink_lp
+from nncf_hqq.maths.solver import zero_point_update
 from nncf_hqq.parameters import EarlyStopScope
 from nncf_hqq.parameters import HQQParameters
-from nncf_hqq.solver import SHRINK_EPS
-from nncf_hqq.solver import SHRINK_MARGIN
-from nncf_hqq.solver import dequantize
-from nncf_hqq.solver import hqq_solve
-from nncf_hqq.solver import levels_max
-from nncf_hqq.solver import mean_absolute_error
-from nncf_hqq.solver import min_max_init_for_range
-from nncf_hqq.solver import quantize
-from nncf_hqq.solver import shrink_free_bound
-from nncf_hqq.solver import shrink_lp
-from nncf_hqq.solver import zero_point_update
-
-#: Set to a non-empty value other than "0" to always use the reference solver.
-DISABLE_ENV = "NNCF_HQQ_DISABLE_FAST_PATH"
 
 #: Every ``HQQParameters`` field and the values of it the fast path reproduces. A field missing here (one added
 #: to the dataclass later) makes ``solve`` fall back to the reference until it is reviewed and listed.
-#: ``hqq_solve`` never reads the fields after ``return_best``: ``nncf_hqq.algorithm`` applies them around the
+#: ``hqq_solve`` never reads the fields after ``return_best``: ``nncf_hqq.hqq`` applies them around the
 #: solver (the RTN guard, the least-squares refinement and its options, the integer zero point, the data-aware
 #: scale refinement after it; the choice of layers that keep RTN before it; with ``weighted_proximal`` the
 #: importance weights go to ``hqq_solve`` directly, without this dispatcher).
@@ -85,34 +88,25 @@ SUPPORTED_PARAMETERS: dict[str, Callable[[object], bool]] = {
     "weighted_proximal": lambda value: True,
     "unit_gain": lambda value: True,
 }
-#: Bit widths handled (codes up to 255 are exact in f32).
-SUPPORTED_BITS = range(1, 9)
-#: Weight element types handled (the solver works in f32 either way).
-SUPPORTED_DTYPES = (TensorDataType.float16, TensorDataType.bfloat16, TensorDataType.float32, TensorDataType.float64)
 
-#: Elements per block of rows that one inference processes (1 MiB of f32). Measured on one 4096x4096 int4 g128
-#: weight (2 cores): the refinement takes 0.115 s with 128 Ki elements and 0.103 s with 256 Ki, the RTN guard
-#: 0.038 s and 0.026 s, the proximal sweep the same; smaller blocks are slower (per-inference overhead).
-BLOCK_ELEMENTS = 256 * 1024
+
 #: Most iterations unrolled in one compiled model; longer runs are split into blocks of iterations.
 MAX_UNROLLED_ITERATIONS = 20
+
+
 #: Iterations per chunk of the hard-rounding sweep; after each chunk the groups whose zero point repeats leave it
 #: (see ``_ProximalRun.settling_trajectories``). On SmolLM2 (g64) 87% of the groups have settled after 4
 #: iterations and 99% after 8; on the Qwen2.5-1.5B-shaped model (g128) 67% and 93%.
 SETTLE_CHUNK = 4
+
+
 #: Groups needing the lp shrinkage up to which the numpy reference runs instead of a compiled block.
 FEW_GROUPS = 64
-#: Compiled models kept (one per group size, bit width, unroll depth and shrinkage kind).
-CACHE_SIZE = 16
-
-_T = TypeVar("_T")
-
-_LOGGED: set[str] = set()
-_LOG_LOCK = threading.Lock()
 
 
 def solve(weight: Tensor, axis: int, num_bits: int, params: HQQParameters) -> tuple[Tensor, Tensor]:
-    """HQQ's inverse scale and zero point for grouped ``weight`` (see ``nncf_hqq.solver.hqq_solve``).
+    """HQQ's inverse scale and zero point for grouped ``weight`` (see ``nncf_hqq.maths.solver.hqq_solve``).
+
 
     Uses the compiled fast path when ``fallback_reason`` finds nothing against it, otherwise the reference.
     The fast path returns float32 numpy tensors.
@@ -125,43 +119,12 @@ def solve(weight: Tensor, axis: int, num_bits: int, params: HQQParameters) -> tu
     )
 
 
-def guarded(reason: str | None, compiled: Callable[[], _T], reference: Callable[[], _T], what: str) -> _T:
-    """The guard in front of every compiled path: ``compiled()`` when ``reason`` (why it cannot be used) is None,
-    ``reference()`` otherwise or when OpenVINO fails to compile or run it; the path taken is logged once."""
-    if reason is None:
-        try:
-            result = compiled()
-        except RuntimeError as error:  # OpenVINO compile/infer failures: the reference still works
-            log_once(f"HQQ compiled {what} failed ({error}); using the reference.", warning=True)
-        else:
-            log_once(f"HQQ: using the compiled OpenVINO {what} (fast path).")
-            return result
-    else:
-        log_once(f"HQQ: using the reference {what} ({reason}).")
-    return reference()
-
-
 def fallback_reason(weight: Tensor, num_bits: int, params: HQQParameters) -> str | None:
     """Why the fast path cannot be used for this call, or None when it can."""
     unsupported = unsupported_parameters(params)
     if unsupported:
         return f"unsupported HQQ parameters {unsupported}"
     return tensor_fallback_reason(weight, num_bits)
-
-
-def tensor_fallback_reason(weight: Tensor, num_bits: int) -> str | None:
-    """Why no compiled path can handle this weight (or the environment switch is set), or None."""
-    if os.environ.get(DISABLE_ENV, "") not in ("", "0"):
-        return f"{DISABLE_ENV} is set"
-    if weight.backend not in (TensorBackend.numpy, TensorBackend.ov):
-        return f"{weight.backend.value} tensors are not handled"
-    if weight.dtype not in SUPPORTED_DTYPES:
-        return f"weight dtype {weight.dtype.value} is not handled"
-    if weight.size == 0:
-        return "empty weight"
-    if num_bits not in SUPPORTED_BITS:
-        return f"num_bits={num_bits} is not handled"
-    return None
 
 
 def unsupported_parameters(params: HQQParameters) -> list[str]:
@@ -172,17 +135,6 @@ def unsupported_parameters(params: HQQParameters) -> list[str]:
         if accepts is None or not accepts(getattr(params, field.name)):
             names.append(field.name)
     return names
-
-
-def log_once(message: str, warning: bool = False) -> None:
-    with _LOG_LOCK:
-        if message in _LOGGED:
-            return
-        _LOGGED.add(message)
-    if warning:
-        nncf_logger.warning(message)
-    else:
-        nncf_logger.debug(message)
 
 
 def solve_compiled(weight: Tensor, axis: int, num_bits: int, params: HQQParameters) -> tuple[Tensor, Tensor]:
@@ -205,19 +157,6 @@ def solve_compiled(weight: Tensor, axis: int, num_bits: int, params: HQQParamete
         return inverse_scale, Tensor(from_rows(z_rows, keepdims_shape, axis))
     best = _ProximalRun(rows, s_rows, num_bits, params).solve(z_rows)
     return inverse_scale, Tensor(from_rows(best, keepdims_shape, axis))
-
-
-def as_rows(array: np.ndarray, axis: int) -> np.ndarray:
-    """``[..., R, ...]`` with ``R`` on ``axis`` as a C-contiguous ``[N, R]`` (a view when ``axis`` is last)."""
-    moved = np.moveaxis(array, axis, -1)
-    return np.ascontiguousarray(moved).reshape(-1, array.shape[axis])
-
-
-def from_rows(values: np.ndarray, shape: tuple[int, ...], axis: int) -> np.ndarray:
-    """Inverse of ``as_rows``: per-group values ``[N]`` into the keepdims ``shape`` (size 1 on ``axis``), or
-    whole rows ``[N, R]`` into ``shape``. Keeps the dtype; a view where the layout allows."""
-    moved_shape = (*shape[:axis], *shape[axis + 1 :], shape[axis])
-    return np.moveaxis(values.reshape(moved_shape), -1, axis)
 
 
 def beta_schedule(params: HQQParameters) -> list[float]:
@@ -288,6 +227,7 @@ class ProximalReplay:
         ``SETTLE_CHUNK`` at a time, each chunk only on the groups not yet settled; also the extra output of the
         first chunk.
 
+
         Once a group's value repeats (``v_t == v_(t-1)``: a fixed point, or ``v_t == v_(t-2)``: a 2-cycle), its
         remaining trajectory and errors repeat with it and are written without computing them.
         """
@@ -316,6 +256,7 @@ class ProximalReplay:
         """Marks (and completes the trajectories of) the ``active`` groups whose value repeats after ``done``
         iterations: constant from a fixed point on, alternating from a 2-cycle on.
 
+
         When every group is active, whole steps are written at once (also for the groups that have not settled:
         the next chunk overwrites theirs); otherwise only the settled groups' entries."""
         whole = active.size == values.shape[1]
@@ -341,8 +282,10 @@ class ProximalReplay:
     def advance(self, state: _EarlyStopState, values: np.ndarray, l1: np.ndarray, steps: int) -> bool:
         """Replays the reference's early-stop/best-iterate updates for ``steps`` iterations.
 
+
         Only the indices of the best and of the current iterate are tracked per unit; the values are gathered
         once at the end.
+
 
         :return: True when the reference would have stopped (every unit inactive).
         """
@@ -426,6 +369,7 @@ class _ProximalRun(ProximalReplay):
     def shrinkage_may_act(self, zeros: np.ndarray, scaled_range: np.ndarray, betas: list[float]) -> np.ndarray:
         """Groups where, in some iteration, an element's error might exceed the shrinkage-free bound.
 
+
         ``|r| <= max(0.5, -(min(u) + z), max(u) + z - q_max)`` (only clipped codes exceed 0.5), checked with the
         extreme zero points of the block against the smallest bound of its iterations.
         """
@@ -440,6 +384,7 @@ class _ProximalRun(ProximalReplay):
     ) -> tuple[np.ndarray, np.ndarray]:
         """Zero points ``[K + 1, G]`` and summed |r| ``[K, G]`` of the given groups with the lp shrinkage applied
         in every iteration (``solver.shrink_lp``'s formula, compiled), no early stop.
+
 
         A compiled block always computes a whole block of rows, so a few groups (up to ``FEW_GROUPS``) take the
         reference's own operations in numpy instead."""
@@ -475,65 +420,6 @@ def _pick(zeros: np.ndarray, step: np.ndarray, previous: np.ndarray) -> np.ndarr
         return previous if step[0] < 0 else zeros[step[0]].copy()
     picked = np.take_along_axis(zeros, np.maximum(step, 0)[None, :], axis=0)[0]
     return np.where(step >= 0, picked, previous)
-
-
-class BlockRunner:
-    """A compiled model run over blocks of ``rows_per_block`` rows on all cores (an ``AsyncInferQueue``).
-
-    Output ``i`` is per row, ``[m, B]`` per block and ``[m, N]`` in all, or, where ``per_element[i]``, per
-    element, ``[B, R]`` per block and ``[N, R]`` in all.
-    """
-
-    def __init__(self, model: ov.Model, rows_per_block: int, per_element: tuple[bool, ...] = ()) -> None:
-        config = {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": "THROUGHPUT"}
-        self.compiled = ov.Core().compile_model(model, "CPU", config)
-        jobs = max(1, int(self.compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS")))
-        self.queue = ov.AsyncInferQueue(self.compiled, jobs)
-        self.rows_per_block = rows_per_block
-        count = len(self.compiled.outputs)
-        self.per_element = (tuple(per_element) + (False,) * count)[:count]
-        self.lock = threading.Lock()
-
-    def output_rows(self, index: int) -> int:
-        """``m`` of a per-row output."""
-        return int(self.compiled.output(index).get_partial_shape()[0].get_length())
-
-    def run(self, n: int, inputs_at: Callable[[int], list[np.ndarray]], outputs: list[np.ndarray]) -> None:
-        """Fills ``outputs`` for ``n`` rows; ``inputs_at(begin)`` gives the inputs of the block at row ``begin``
-        (padded to a whole block; they must stay valid until the run ends, as they are shared, not copied)."""
-        block = self.rows_per_block
-
-        def collect(request: ov.InferRequest, span: tuple[int, int]) -> None:
-            begin, count = span
-            for index, (output, per_element) in enumerate(zip(outputs, self.per_element, strict=True)):
-                data = request.get_output_tensor(index).data
-                if per_element:
-                    output[begin : begin + count] = data[:count]
-                else:
-                    output[:, begin : begin + count] = data[:, :count]
-
-        in_flight = []  # the shared input buffers must outlive their inference
-        with self.lock:
-            self.queue.set_callback(collect)
-            for begin in range(0, n, block):
-                inputs = [shareable(array) for array in inputs_at(begin)]
-                in_flight.append(inputs)
-                # ``start_async`` starts the queue's first idle request (the one ``get_idle_request_id`` names; the
-                # lock keeps any other caller out), so its inputs are set on it beforehand, as shared tensors:
-                # without the per-call Python input dispatch of ``start_async(inputs)``, ~20% of HQQ's step.
-                request = self.queue[self.queue.get_idle_request_id()]
-                for index, array in enumerate(inputs):
-                    request.set_input_tensor(index, ov.Tensor(array, shared_memory=True))
-                self.queue.start_async(userdata=(begin, min(block, n - begin)))
-            self.queue.wait_all()
-
-
-def shareable(array: np.ndarray) -> np.ndarray:
-    """``array`` itself where OpenVINO can share its memory as an input tensor (C-contiguous and writeable, which
-    ``ov.Tensor(..., shared_memory=True)`` requires); otherwise a copy (e.g. a read-only view of a model constant)."""
-    if array.flags.c_contiguous and array.flags.writeable:
-        return array
-    return np.array(array, order="C")
 
 
 class CompiledSweep:
@@ -574,21 +460,6 @@ def block_inputs(
     )
 
 
-def block_rows(array: np.ndarray, begin: int, count: int, fill: float) -> np.ndarray:
-    """Rows ``begin:begin + count`` of ``array`` (a view), padded with ``fill`` for the last, shorter block (of
-    the array's dtype)."""
-    if begin + count <= array.shape[0]:
-        return array[begin : begin + count]
-    block = np.full((count, array.shape[1]), fill, dtype=array.dtype)
-    block[: array.shape[0] - begin] = array[begin:]
-    return block
-
-
-def rows_per_block(group_size: int) -> int:
-    """Rows per inference for groups of ``group_size`` elements (about ``BLOCK_ELEMENTS`` elements)."""
-    return max(1, BLOCK_ELEMENTS // group_size)
-
-
 @lru_cache(maxsize=CACHE_SIZE)
 def compiled_sweep(group_size: int, unroll: int, num_bits: int, shrink_p: float | None) -> CompiledSweep:
     """The compiled sweep for one group size, unroll depth, bit width and shrinkage (LRU cached)."""
@@ -597,19 +468,9 @@ def compiled_sweep(group_size: int, unroll: int, num_bits: int, shrink_p: float 
     return CompiledSweep(model, block, unroll)
 
 
-@lru_cache(maxsize=CACHE_SIZE)
-def compiled_extremes(group_size: int) -> BlockRunner:
-    """The compiled per-row minimum, maximum and sum (non-finite when a weight is) of blocks of rows."""
-    rows = rows_per_block(group_size)
-    weight = opset.parameter([rows, group_size], ov.Type.f32, name="weight")
-    axis = opset.constant(np.array([1], dtype=np.int64))
-    reductions = (opset.reduce_min, opset.reduce_max, opset.reduce_sum)
-    extremes = _stack_columns([reduce(weight, axis, keep_dims=True) for reduce in reductions], rows)
-    return BlockRunner(ov.Model([extremes], [weight], "row_extremes"), rows)
-
-
 def build_sweep_model(rows: int, group_size: int, unroll: int, q_max: float, shrink_p: float | None) -> ov.Model:
     """``unroll`` HQQ iterations in the scaled domain for a ``[rows, group_size]`` block.
+
 
     ``shrink_p``: None for no shrinkage (the hard-rounding update ``z - mean(r)``), else the p of the lp shrinkage
     applied to the weight-domain error ``r / s`` (1: soft thresholding).
@@ -642,7 +503,7 @@ def build_sweep_model(rows: int, group_size: int, unroll: int, q_max: float, shr
         z = opset.subtract(z, opset.divide(opset.reduce_sum(residual, axis, keep_dims=True), count))
         zeros.append(z)
     extremes = [opset.reduce_min(scaled, axis, keep_dims=True), opset.reduce_max(scaled, axis, keep_dims=True)]
-    outputs = [_stack_columns(zeros, rows), _stack_columns(l1, rows), _stack_columns(extremes, rows)]
+    outputs = [stack_columns(zeros, rows), stack_columns(l1, rows), stack_columns(extremes, rows)]
     return ov.Model(outputs, [weight, inverse_scale, zero, inverse_betas], "hqq_sweep")
 
 
@@ -651,6 +512,7 @@ def _shrunk_zero_update(
 ) -> ov.Node:
     """One reference iteration with the lp shrinkage, in the reference's order (``quantize``, ``dequantize``,
     ``shrink_lp`` on ``W - reconstruction``, ``zero_point_update``).
+
 
     Two rewrites: ``(|e| + eps)^(p - 1)`` is evaluated as ``exp((p - 1) * log(|e| + eps))`` (half the time of
     OpenVINO's ``Power`` on CPU; the zero points move by ~1e-6 against it), and ``sign(e) * max(|e| - b, 0)`` as
@@ -663,17 +525,3 @@ def _shrunk_zero_update(
     shrunk = opset.subtract(error, opset.minimum(opset.maximum(error, opset.negative(bound)), bound))
     update = opset.subtract(codes, opset.multiply(opset.subtract(weight, shrunk), inverse_scale))
     return opset.reduce_mean(update, opset.constant(np.array([1], dtype=np.int64)), keep_dims=True)
-
-
-def true_divide(numerator: ov.Node, denominator: ov.Node) -> ov.Node:
-    """``numerator / denominator`` that OpenVINO's CPU plugin keeps a division (it may otherwise multiply by the
-    reciprocal, which rounds differently: codes would differ from numpy's and NNCF's at rounding ties)."""
-    node = opset.divide(numerator, denominator)
-    node.get_rt_info()["nonconvertable_divide_0"] = True
-    return node
-
-
-def _stack_columns(columns: list[ov.Node], rows: int) -> ov.Node:
-    """``[rows, 1]`` columns to one ``[len(columns), rows]`` result."""
-    shape = opset.constant(np.array([1, rows], dtype=np.int64))
-    return opset.result(opset.concat([opset.reshape(column, shape, special_zero=False) for column in columns], 0))

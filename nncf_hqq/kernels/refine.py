@@ -1,7 +1,7 @@
 """Compiled OpenVINO implementations of what follows HQQ's proximal solver, and the dispatch to them.
 
 ``finish`` takes the solver's inverse scale and zero point and returns NNCF's ``CompressedWeight``:
-the least-squares refinement (``nncf_hqq.solver.refine_least_squares``), the values as stored (f16 scale, f16
+the least-squares refinement (``nncf_hqq.maths.solver.refine_least_squares``), the values as stored (f16 scale, f16
 or integer zero point) and the per-group RTN guard. ``finish_reference`` is the numpy reference of all three;
 ``finish_compiled`` runs the weight-sized work as OpenVINO models (same switch as the proximal fast path:
 ``NNCF_HQQ_DISABLE_FAST_PATH``).
@@ -32,25 +32,25 @@ from nncf.tensor import TensorDataType
 from nncf.tensor import functions as fns
 from openvino import opset13 as opset
 
-from nncf_hqq import fast_path
-from nncf_hqq._nncf_glue import CompressedWeight
-from nncf_hqq.conversion import choose_per_group
-from nncf_hqq.conversion import contiguous
-from nncf_hqq.conversion import encode
-from nncf_hqq.conversion import hqq_to_nncf
-from nncf_hqq.conversion import rescaled
-from nncf_hqq.conversion import stored_group_error
-from nncf_hqq.conversion import stored_scale_zero_point
-from nncf_hqq.conversion import to_compressed_weight
-from nncf_hqq.conversion import with_unit_gain as with_unit_gain_reference
+from nncf_hqq._nncf import CompressedWeight
+from nncf_hqq.kernels import runtime
+from nncf_hqq.maths.conversion import choose_per_group
+from nncf_hqq.maths.conversion import contiguous
+from nncf_hqq.maths.conversion import encode
+from nncf_hqq.maths.conversion import hqq_to_nncf
+from nncf_hqq.maths.conversion import rescaled
+from nncf_hqq.maths.conversion import stored_group_error
+from nncf_hqq.maths.conversion import stored_scale_zero_point
+from nncf_hqq.maths.conversion import to_compressed_weight
+from nncf_hqq.maths.conversion import with_unit_gain as with_unit_gain_reference
+from nncf_hqq.maths.solver import MAX_INVERSE_SCALE
+from nncf_hqq.maths.solver import levels_max
+from nncf_hqq.maths.solver import refine_least_squares
+from nncf_hqq.maths.solver import rtn_scale_zero_point
+from nncf_hqq.maths.solver import rtn_scale_zero_point_for_range
+from nncf_hqq.maths.solver import unit_gain as solver_unit_gain
 from nncf_hqq.parameters import HQQParameters
 from nncf_hqq.parameters import ZeroPointFormat
-from nncf_hqq.solver import MAX_INVERSE_SCALE
-from nncf_hqq.solver import levels_max
-from nncf_hqq.solver import refine_least_squares
-from nncf_hqq.solver import rtn_scale_zero_point
-from nncf_hqq.solver import rtn_scale_zero_point_for_range
-from nncf_hqq.solver import unit_gain as solver_unit_gain
 
 #: Compiled models kept (one per group size, bit width, rounds, zero-point kind and weighting).
 CACHE_SIZE = 16
@@ -73,7 +73,7 @@ def finish(
     :param unit_gain: finally rescale every group to unit gain (``conversion.with_unit_gain``); the compiled path
         takes the sums it needs from the RTN guard's pass over the weight.
     """
-    return fast_path.guarded(
+    return runtime.guarded(
         fallback_reason(grouped, num_bits, importance, params),
         lambda: finish_compiled(grouped, inverse_scale, zero, axis, num_bits, params, importance, unit_gain),
         lambda: finish_reference(grouped, inverse_scale, zero, axis, num_bits, params, importance, unit_gain),
@@ -121,7 +121,7 @@ def fallback_reason(weight: Tensor, num_bits: int, importance: Tensor | None, pa
     """Why the compiled path cannot be used for this call, or None when it can."""
     if importance is not None and importance.backend not in (TensorBackend.numpy, TensorBackend.ov):
         return f"{importance.backend.value} importance tensors are not handled"
-    return fast_path.tensor_fallback_reason(weight, num_bits)
+    return runtime.tensor_fallback_reason(weight, num_bits)
 
 
 def finish_compiled(
@@ -138,12 +138,12 @@ def finish_compiled(
     weight = Tensor(numpy_f32(grouped))
     axis = axis % weight.ndim
     shape = numpy_f32(inverse_scale).shape
-    rows = fast_path.as_rows(weight.data, axis)
+    rows = runtime.as_rows(weight.data, axis)
     row_importance = None if importance is None else RowImportance.of(numpy_f32(importance), shape, axis)
-    block = fast_path.rows_per_block(rows.shape[1])
+    block = runtime.rows_per_block(rows.shape[1])
     if row_importance is not None:
         block = row_importance.block_rows(block)
-    columns = np.stack([fast_path.as_rows(numpy_f32(t), axis)[:, 0] for t in (inverse_scale, zero)], axis=1)
+    columns = np.stack([runtime.as_rows(numpy_f32(t), axis)[:, 0] for t in (inverse_scale, zero)], axis=1)
     integer_zero_point = is_integer_zero_point(params)
     weighted = row_importance is not None
     refinement = compiled_refinement(
@@ -167,23 +167,23 @@ def finish_compiled(
         if unit_gain:  # from the guard's sums over the kept codes, as ``with_unit_gain_compiled`` computes them
             projection = scale.data.astype(np.float32) * cross
             gain = solver_unit_gain(Tensor(energy.astype(np.float64)), Tensor(projection.astype(np.float64)))
-    scale = Tensor(fast_path.from_rows(scale.data, shape, axis))
-    zero_point = Tensor(fast_path.from_rows(zero_point.data, shape, axis))
+    scale = Tensor(runtime.from_rows(scale.data, shape, axis))
+    zero_point = Tensor(runtime.from_rows(zero_point.data, shape, axis))
     if code_rows is not None:  # the guard's codes of the kept parameters
-        codes = Tensor(fast_path.from_rows(code_rows, weight.shape, axis))
+        codes = Tensor(runtime.from_rows(code_rows, weight.shape, axis))
     else:
         codes = encode(weight, scale, zero_point, num_bits)
     if integer_zero_point:
         zero_point = zero_point.astype(TensorDataType.int32)
     result = CompressedWeight(contiguous(codes), contiguous(scale), contiguous(zero_point))
     if gain is not None:
-        return rescaled(result, Tensor(fast_path.from_rows(gain.data.astype(np.float32), shape, axis)))
+        return rescaled(result, Tensor(runtime.from_rows(gain.data.astype(np.float32), shape, axis)))
     return with_unit_gain(grouped, result, axis) if unit_gain else result
 
 
 def with_unit_gain(grouped: Tensor, compressed: CompressedWeight, axis: int) -> CompressedWeight:
     """``conversion.with_unit_gain`` (its numpy reference), with the per-group sums computed by a compiled model."""
-    return fast_path.guarded(
+    return runtime.guarded(
         unit_gain_fallback_reason(grouped, compressed),
         lambda: with_unit_gain_compiled(grouped, compressed, axis),
         lambda: with_unit_gain_reference(grouped, compressed, axis),
@@ -196,34 +196,34 @@ def unit_gain_fallback_reason(grouped: Tensor, compressed: CompressedWeight) -> 
     codes = compressed.tensor
     if codes.backend != TensorBackend.numpy or codes.data.dtype not in (np.uint8, np.int8):
         return f"{codes.backend.value} {codes.dtype.value} codes are not handled"
-    return fast_path.tensor_fallback_reason(grouped, 8)
+    return runtime.tensor_fallback_reason(grouped, 8)
 
 
 def with_unit_gain_compiled(grouped: Tensor, compressed: CompressedWeight, axis: int) -> CompressedWeight:
     """The compiled ``with_unit_gain`` itself (no dispatch)."""
     weight = numpy_f32(grouped)
     axis = axis % weight.ndim
-    rows, codes = fast_path.as_rows(weight, axis), fast_path.as_rows(compressed.tensor.data, axis)
+    rows, codes = runtime.as_rows(weight, axis), runtime.as_rows(compressed.tensor.data, axis)
     shape = compressed.scale.shape
-    scale = fast_path.as_rows(numpy_f32(compressed.scale), axis)[:, 0]
+    scale = runtime.as_rows(numpy_f32(compressed.scale), axis)[:, 0]
     zero = np.zeros_like(scale)
     if compressed.zero_point is not None:
-        zero = fast_path.as_rows(numpy_f32(compressed.zero_point), axis)[:, 0]
+        zero = runtime.as_rows(numpy_f32(compressed.zero_point), axis)[:, 0]
     per_row = np.stack([scale, zero], axis=1)
-    block = fast_path.rows_per_block(rows.shape[1])
+    block = runtime.rows_per_block(rows.shape[1])
     runner = compiled_gain_sums(block, rows.shape[1], codes.dtype.name)
     sums = np.empty((2, rows.shape[0]), dtype=np.float32)
 
     def inputs_at(begin: int) -> list[np.ndarray]:
-        return [fast_path.block_rows(a, begin, block, fill) for a, fill in ((rows, 0.0), (codes, 0), (per_row, 1.0))]
+        return [runtime.block_rows(a, begin, block, fill) for a, fill in ((rows, 0.0), (codes, 0), (per_row, 1.0))]
 
     runner.run(rows.shape[0], inputs_at, [sums])
     factor = solver_unit_gain(Tensor(sums[0].astype(np.float64)), Tensor(sums[1].astype(np.float64)))
-    return rescaled(compressed, Tensor(fast_path.from_rows(factor.data.astype(np.float32), shape, axis)))
+    return rescaled(compressed, Tensor(runtime.from_rows(factor.data.astype(np.float32), shape, axis)))
 
 
 @lru_cache(maxsize=CACHE_SIZE)
-def compiled_gain_sums(block: int, group_size: int, codes_dtype: str) -> fast_path.BlockRunner:
+def compiled_gain_sums(block: int, group_size: int, codes_dtype: str) -> runtime.BlockRunner:
     """A compiled model of every row's ``<W, W>`` and ``<W_hat, W> = scale * <q - zero_point, W>`` ``[2, rows]``
     for blocks of ``[block, group_size]`` weights, codes (``codes_dtype``) and per-row scale and zero point."""
     weight = opset.parameter([block, group_size], ov.Type.f32, name="weight")
@@ -235,7 +235,7 @@ def compiled_gain_sums(block: int, group_size: int, codes_dtype: str) -> fast_pa
     energy = opset.reduce_sum(opset.multiply(weight, weight), axis, keep_dims=True)
     projection = opset.multiply(scale, opset.reduce_sum(opset.multiply(centred, weight), axis, keep_dims=True))
     model = ov.Model([rows_result([energy, projection], block)], [weight, codes, per_row], "unit_gain_sums")
-    return fast_path.BlockRunner(model, block)
+    return runtime.BlockRunner(model, block)
 
 
 def numpy_f32(tensor: Tensor) -> np.ndarray:
@@ -256,9 +256,9 @@ class RowImportance:
     def of(cls, importance: np.ndarray, keepdims_shape: tuple[int, ...], axis: int) -> RowImportance:
         """:param importance: broadcastable to the grouped weight (size 1 on the dims it does not vary on).
         :param keepdims_shape: the grouped weight's shape with ``axis`` reduced to 1."""
-        table = fast_path.as_rows(importance, axis)
+        table = runtime.as_rows(importance, axis)
         ids = np.arange(table.shape[0]).reshape((*importance.shape[:axis], 1, *importance.shape[axis + 1 :]))
-        return cls(table, fast_path.as_rows(np.broadcast_to(ids, keepdims_shape), axis)[:, 0])
+        return cls(table, runtime.as_rows(np.broadcast_to(ids, keepdims_shape), axis)[:, 0])
 
     @functools.cached_property
     def periodic(self) -> bool:
@@ -302,7 +302,7 @@ class CompiledRows:
     """
 
     def __init__(self, model: ov.Model, rows_per_block: int, weighted: bool) -> None:
-        self.runner = fast_path.BlockRunner(model, rows_per_block, per_element=(False, True))
+        self.runner = runtime.BlockRunner(model, rows_per_block, per_element=(False, True))
         self.rows_per_block = rows_per_block
         self.weighted = weighted
         self.outputs = self.runner.output_rows(0)
@@ -333,7 +333,7 @@ class CompiledRows:
         columns = np.ascontiguousarray(columns, dtype=np.float32)
 
         def inputs_at(begin: int) -> list[np.ndarray]:
-            inputs = [fast_path.block_rows(rows, begin, c, 0.0), fast_path.block_rows(columns, begin, c, 1.0)]
+            inputs = [runtime.block_rows(rows, begin, c, 0.0), runtime.block_rows(columns, begin, c, 1.0)]
             if self.weighted and importance is not None:
                 inputs.append(importance.block(begin, c))
             return inputs
@@ -548,7 +548,7 @@ class RefinementGraph(RowMeans):
     def stored_codes_and_error(self, scale: ov.Node, zero_point: ov.Node) -> tuple[ov.Node, ov.Node]:
         """Codes of NNCF-convention parameters, ``clip(round(W / scale + zp))`` (as ``conversion.encode``), and the
         error of the reconstruction ``(codes - zp) * scale``."""
-        shifted = opset.add(fast_path.true_divide(self.weight, scale), zero_point)
+        shifted = opset.add(runtime.true_divide(self.weight, scale), zero_point)
         codes = opset.clamp(opset.round(shifted, "half_to_even"), 0.0, self.q_max)
         diff = opset.subtract(opset.multiply(opset.subtract(codes, zero_point), scale), self.weight)
         return codes, self.mean(opset.multiply(diff, diff))

@@ -1,34 +1,49 @@
-"""HQQ as a step of NNCF's weight-compression pipeline (like NNCF's Scale Estimation)."""
+"""Half-Quadratic Quantization (HQQ) as a step of NNCF's weight-compression pipeline.
+
+``HQQ`` is written like NNCF's ``ScaleEstimation``: ``HQQ.apply`` takes the model, its ``NNCFGraph``, NNCF's
+per-weight compression parameters and (optionally) the calibration statistics, and returns the compressed weights
+(codes, scales, zero points) by weight name for the backend to write. The maths is backend-agnostic
+(``nncf_hqq.maths``, run through the compiled kernels of ``nncf_hqq.kernels`` where they apply); what HQQ needs to
+know about a weight's place in the model (the input energy of its channels, its attention role) comes from the
+backend (``HQQAlgoBackend``).
+"""
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from collections.abc import Callable
-from collections.abc import Iterable
+from collections.abc import Iterator
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
+import nncf
 import numpy as np
 from nncf import CompressWeightsMode
-from nncf.common.logging.track_progress import track
 from nncf.tensor import Tensor
 from nncf.tensor import TensorBackend
 from nncf.tensor import TensorDataType
 from nncf.tensor import functions as fns
 
-from nncf_hqq import fast_path
-from nncf_hqq import fast_refine
-from nncf_hqq import fast_symmetric
-from nncf_hqq._nncf_glue import CompressedWeight
-from nncf_hqq._nncf_glue import WeightCompressionConfig
-from nncf_hqq._nncf_glue import WeightCompressionParameters
-from nncf_hqq.conversion import to_compressed_weight
-from nncf_hqq.conversion import to_symmetric_compressed_weight
+from nncf_hqq._nncf import CompressedWeight
+from nncf_hqq._nncf import NNCFGraph
+from nncf_hqq._nncf import WeightCompressionAlgoBackend
+from nncf_hqq._nncf import WeightCompressionConfig
+from nncf_hqq._nncf import WeightCompressionParameters
+from nncf_hqq._nncf import process_stats
+from nncf_hqq.kernels import proximal
+from nncf_hqq.kernels import refine
+from nncf_hqq.kernels import symmetric
+from nncf_hqq.maths.conversion import to_compressed_weight
+from nncf_hqq.maths.conversion import to_symmetric_compressed_weight
+from nncf_hqq.maths.solver import hqq_solve
+from nncf_hqq.maths.solver import refine_scale_on_activations
+from nncf_hqq.maths.solver import rtn_scale_zero_point
+from nncf_hqq.maths.solver import split_into_groups
+from nncf_hqq.maths.solver import symmetric_init
 from nncf_hqq.parameters import AttentionRole
 from nncf_hqq.parameters import HQQParameters
 from nncf_hqq.parameters import Importance
-from nncf_hqq.solver import hqq_solve
-from nncf_hqq.solver import refine_scale_on_activations
-from nncf_hqq.solver import rtn_scale_zero_point
-from nncf_hqq.solver import split_into_groups
-from nncf_hqq.solver import symmetric_init
 
 #: Starting points ``s / f`` of the data-aware scale refinement (``HQQ.compress_on_activations``).
 SCALE_ESTIMATION_FACTORS = (1.0, 0.95, 0.9, 0.85)
@@ -93,13 +108,14 @@ def group_layout_moves(group_size: int, axis: int) -> tuple[Callable[[Tensor], T
 
 
 class HQQ:
-    """Computes HQQ's compressed weights for the layers of a weight-compression pipeline."""
+    """Half-Quadratic Quantization: the scales and zero points of the weights compressed in one mode."""
 
     def __init__(
         self,
         params: HQQParameters,
         mode: CompressWeightsMode = CompressWeightsMode.INT4_ASYM,
         num_bits: int | None = None,
+        subset_size: int = 32,
     ) -> None:
         """
         :param params: HQQ's hyper-parameters.
@@ -108,6 +124,8 @@ class HQQ:
             the largest layers keep OpenVINO's fastest integer-zero-point kernels.
         :param num_bits: bits of the codes HQQ writes instead of the mode's (a ``LowBitMode`` below INT4_ASYM);
             every layer of the primary precision then gets HQQ's parameters with an f16 zero point.
+        :param subset_size: calibration samples per layer used by ``compress_on_activations`` (NNCF's Scale
+            Estimation ``subset_size``).
         """
         if mode not in SUPPORTED_MODES:
             msg = f"HQQ supports the modes {', '.join(m.name for m in SUPPORTED_MODES)}; got {mode}."
@@ -118,6 +136,7 @@ class HQQ:
         self.params = params
         self.mode = mode
         self.num_bits = num_bits
+        self.subset_size = subset_size
 
     def bits(self, config: WeightCompressionConfig) -> int:
         """Bits of the codes HQQ writes for a weight compressed with ``config``."""
@@ -169,7 +188,7 @@ class HQQ:
         if config.mode not in SYMMETRIC_MODES:
             return self.compress_asymmetric(grouped, axis, bits, weights, role, gain)
         result = self.compress_symmetric(grouped, axis, bits, weights, role)
-        return fast_refine.with_unit_gain(grouped, result, axis) if gain else result
+        return refine.with_unit_gain(grouped, result, axis) if gain else result
 
     def compress_asymmetric(
         self,
@@ -189,18 +208,18 @@ class HQQ:
                 return rtn
             return CompressedWeight(rtn.tensor, rtn.scale, rtn.zero_point.astype(TensorDataType.float32))
         if weights is None or not params.weighted_proximal:
-            inverse_scale, zero = fast_path.solve(grouped, axis, bits, params)
+            inverse_scale, zero = proximal.solve(grouped, axis, bits, params)
         else:
             inverse_scale, zero = hqq_solve(grouped, axis, bits, params, weights)
-        return fast_refine.finish(grouped, inverse_scale, zero, axis, bits, params, weights, unit_gain)
+        return refine.finish(grouped, inverse_scale, zero, axis, bits, params, weights, unit_gain)
 
     def compress_symmetric(
         self, grouped: Tensor, axis: int, bits: int, weights: Tensor | None, role: AttentionRole | None
     ) -> CompressedWeight:
-        """Symmetric HQQ (``nncf_hqq.fast_symmetric``), or NNCF's symmetric RTN for a role in ``rtn_roles``."""
+        """Symmetric HQQ (``nncf_hqq.kernels.symmetric``), or NNCF's symmetric RTN for a role in ``rtn_roles``."""
         if self.keeps_rtn(role):
             return to_symmetric_compressed_weight(grouped, symmetric_init(grouped, axis, bits), bits)
-        return fast_symmetric.compress(grouped, axis, bits, self.params, weights)
+        return symmetric.compress(grouped, axis, bits, self.params, weights)
 
     def compress_on_activations(
         self,
@@ -242,18 +261,140 @@ class HQQ:
         scale = from_canonical(1.0 / inverse_scale)
         return to_compressed_weight(grouped, scale, from_canonical(zero), self.bits(config), integer_zero_point)
 
+    def check_weights(
+        self,
+        model: Any,
+        graph: NNCFGraph,
+        all_weight_params: list[WeightCompressionParameters],
+        backend_entity: HQQAlgoBackend,
+    ) -> None:
+        """Raises ``nncf.ValidationError`` naming the first weight HQQ cannot compress (NaN/Inf values, or groups
+        that need more than one reduction axis), before anything touches the model."""
+        for wp in all_weight_params:
+            if not self.is_applicable(wp.compression_config):
+                continue
+            single_reduction_axis(wp.reduction_axes, wp.weight_name)
+            weight = backend_entity.get_weight(wp.node_with_weight, wp.weight_port_id, model, graph)
+            if not all_finite(as_numpy(weight)):
+                msg = (
+                    f"Weight '{wp.weight_name}' of layer '{wp.node_with_weight.node_name}' contains NaN or Inf "
+                    "values; HQQ cannot compress it. The model was not modified."
+                )
+                raise nncf.ValidationError(msg)
+
     def apply(
         self,
-        weights: Iterable[tuple[WeightCompressionParameters, Tensor]],
-    ) -> dict[str, CompressedWeight]:
-        """Compresses every applicable weight, like NNCF's Scale Estimation ``apply``.
+        model: Any,
+        graph: NNCFGraph,
+        all_weight_params: list[WeightCompressionParameters],
+        statistics: Mapping[str, Any] | None,
+        backend_entity: HQQAlgoBackend,
+    ) -> Mapping[str, CompressedWeight]:
+        """HQQ's compressed weights of every weight it decides, by weight name, for the backend to write.
 
-        :param weights: pairs of NNCF's per-weight compression parameters and the weight itself.
-        :return: precomputed compressed weights by weight name, for the backend to write.
+        Like NNCF's ``ScaleEstimation.apply``. A weight HQQ leaves to NNCF's round-to-nearest (other precisions,
+        roles in ``params.rtn_roles``) has no entry. Each compressed weight is computed when the backend reads it
+        (see ``HQQCompressedWeights``), so that one layer's codes are held at a time, and from the weight as it is
+        then (steps between ``apply`` and the writer, such as AWQ, may change it).
+
+        :param statistics: calibration statistics by node name (after AWQ, when it ran); a weight whose node has
+            them is refined on its calibration inputs (``compress_on_activations``), the others are data-free.
         """
-        result: dict[str, CompressedWeight] = {}
-        for wp, weight in track(list(weights), description="Applying HQQ"):
-            if self.is_applicable(wp.compression_config):
-                axis = single_reduction_axis(wp.reduction_axes, wp.weight_name)
-                result[wp.weight_name] = self.compress(weight, axis, wp.compression_config)
-        return result
+        planned: dict[str, _PlannedWeight] = {}
+        for wp in all_weight_params:
+            if not self.is_applicable(wp.compression_config):
+                continue
+            role = backend_entity.attention_role(wp) if self.uses_roles else None
+            if not self.writes_all_layers and self.keeps_rtn(role):
+                continue  # NNCF's own RTN, bit for bit
+            axis = single_reduction_axis(wp.reduction_axes, wp.weight_name)
+            node_statistics = None if statistics is None else statistics.get(wp.node_with_weight.node_name)
+            planned[wp.weight_name] = _PlannedWeight(wp, axis, role, node_statistics)
+        return HQQCompressedWeights(self, planned, model, graph, backend_entity)
+
+    def compress_planned(
+        self, planned: _PlannedWeight, model: Any, graph: NNCFGraph, backend_entity: HQQAlgoBackend
+    ) -> CompressedWeight:
+        """The compressed weight of one planned weight (see ``apply``), from the weight and the graph as they are
+        now (after AWQ, when it ran)."""
+        wp, axis = planned.params, planned.axis
+        weight = backend_entity.get_weight(wp.node_with_weight, wp.weight_port_id, model, graph)
+        importance = backend_entity.input_importance(wp, weight.shape[axis]) if self.uses_norm_gain else None
+        config = wp.compression_config
+        if planned.statistics is None:
+            return self.compress(weight, axis, config, importance, planned.role)
+        activation_axis, _ = backend_entity.get_activation_channel_axis_and_shape(graph, wp.node_with_weight)
+        _, activations = process_stats(planned.statistics, self.subset_size, act_ch_axis=activation_axis)
+        return self.compress_on_activations(weight, axis, config, activations, importance, planned.role)
+
+
+@dataclass(frozen=True)
+class _PlannedWeight:
+    """What ``HQQ.apply`` has decided about one weight before computing it."""
+
+    params: WeightCompressionParameters
+    axis: int
+    role: AttentionRole | None
+    statistics: Any
+
+
+class HQQCompressedWeights(Mapping[str, CompressedWeight]):
+    """HQQ's compressed weights by weight name, each computed when it is read.
+
+    NNCF's writer reads every weight's entry once, right before it writes that weight, so HQQ's codes exist for one
+    layer at a time and the work happens inside NNCF's own progress bar. Reading an entry twice computes it twice.
+    """
+
+    def __init__(
+        self,
+        hqq: HQQ,
+        planned: dict[str, _PlannedWeight],
+        model: Any,
+        graph: NNCFGraph,
+        backend_entity: HQQAlgoBackend,
+    ) -> None:
+        self._hqq = hqq
+        self._planned = planned
+        self._model = model
+        self._graph = graph
+        self._backend_entity = backend_entity
+
+    def __getitem__(self, weight_name: str) -> CompressedWeight:
+        return self._hqq.compress_planned(self._planned[weight_name], self._model, self._graph, self._backend_entity)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._planned)
+
+    def __len__(self) -> int:
+        return len(self._planned)
+
+    def __contains__(self, weight_name: object) -> bool:
+        return weight_name in self._planned
+
+
+class HQQAlgoBackend(WeightCompressionAlgoBackend):
+    """What ``HQQ`` needs from a model backend beyond NNCF's weight-compression backend (whose ``get_weight``,
+    ``get_weight_shape`` and ``get_activation_channel_axis_and_shape`` it uses too)."""
+
+    @abstractmethod
+    def input_importance(self, wp: WeightCompressionParameters, channels: int) -> np.ndarray | None:
+        """Data-free energy of each of the ``channels`` input channels of the weight's MatMul, or None."""
+
+    @abstractmethod
+    def attention_role(self, wp: WeightCompressionParameters) -> AttentionRole | None:
+        """The attention input the weight's MatMul produces, or None."""
+
+
+def as_numpy(weight: Tensor) -> np.ndarray:
+    """The weight's values as a numpy array (OpenVINO tensors, also bf16/f16 ones, converted)."""
+    return weight.data if weight.backend == TensorBackend.numpy else weight.as_numpy_tensor().data
+
+
+def all_finite(data: np.ndarray) -> bool:
+    """Whether an array holds no NaN/Inf. A sum is NaN/Inf when an element is (no weight-sized temporary); only
+    when it is (or overflows) are the elements checked one by one."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        accumulator = np.float32 if data.dtype.itemsize < 4 else None  # f16 sums overflow early
+        if np.isfinite(np.add.reduce(data, axis=None, dtype=accumulator)):
+            return True
+    return bool(np.isfinite(data).all())

@@ -6,7 +6,7 @@ import numpy as np
 import openvino as ov
 from openvino import opset13 as opset
 
-from nncf_hqq._nncf_glue import CompressedWeight
+from nncf_hqq._nncf import CompressedWeight
 
 #: Storage type of the integer codes by bit width.
 CODE_TYPES = {2: ov.Type.u2, 3: ov.Type.u3, 4: ov.Type.u4, 8: ov.Type.u8}

@@ -26,10 +26,10 @@ from typing import TextIO
 
 from nncf.common.logging import nncf_logger
 
-from nncf_hqq import evaluation
-from nncf_hqq import workflows
-from nncf_hqq.workflows import MODES
-from nncf_hqq.workflows import CompressionOptions
+from nncf_hqq.llm import evaluation
+from nncf_hqq.llm import workflows
+from nncf_hqq.llm.workflows import MODES
+from nncf_hqq.llm.workflows import CompressionOptions
 
 PROG = "nncf-hqq"
 
@@ -108,8 +108,8 @@ def _add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _add_demo_arguments(p: argparse.ArgumentParser) -> None:
-    from nncf_hqq.demo import DEFAULT_OUT
-    from nncf_hqq.demo import DEFAULT_WINDOWS
+    from nncf_hqq.llm.demo import DEFAULT_OUT
+    from nncf_hqq.llm.demo import DEFAULT_WINDOWS
 
     p.add_argument(
         "--windows", type=int, default=DEFAULT_WINDOWS, help=f"WikiText-2 windows (default {DEFAULT_WINDOWS})"
@@ -363,7 +363,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
 # demo
 # --------------------------------------------------------------------------------------------------------------------
 def run_demo(args: argparse.Namespace) -> int:
-    from nncf_hqq.demo import run_demo as demo
+    from nncf_hqq.llm.demo import run_demo as demo
 
     if args.windows <= 0:
         raise UsageError(f"--windows must be positive, got {args.windows}")

@@ -5,14 +5,14 @@ NNCF's symmetric RTN scale, HQQ's proximal loop over the scale (``solver.optimiz
 least-squares refinement (``solver.refine_symmetric_scale``), the scale as stored and the per-group RTN guard.
 ``compress_reference`` does all of it with ``nncf.tensor`` functions; ``compress_compiled`` runs the weight-sized
 work as OpenVINO models over groups laid out as rows ``[N, R]`` (as ``nncf_hqq.fast_path`` and
-``nncf_hqq.fast_refine`` do; same switch ``NNCF_HQQ_DISABLE_FAST_PATH``).
+``nncf_hqq.kernels.refine`` do; same switch ``NNCF_HQQ_DISABLE_FAST_PATH``).
 
 The proximal loop. Each iteration takes the nearest codes ``q`` of the current scale, shrinks the error
 ``W - q * scale`` with the lp operator and takes ``<q, W - shrunk> / <q, q>``. Where no element of a group can
 exceed the shrinkage-free bound, the shrinkage returns exact zeros and the update is the fixed map
 ``scale -> <q(scale), W> / <q(scale), q(scale)>`` (inner products weighted by the importance when there is one;
 floored to the extremes with ``preserve_extremes``), so
-``fast_path.ProximalReplay`` runs it in chunks that drop the groups whose scale repeats, and replays the
+``proximal.ProximalReplay`` runs it in chunks that drop the groups whose scale repeats, and replays the
 reference's early stop and best iterate on the per-iteration errors. An element's error is at most half a step
 ``|scale| / 2`` unless it is clipped, when it is its distance to the end code; a group where that bound may
 exceed the shrinkage-free bound in some iteration is recomputed with the reference's own operations.
@@ -28,25 +28,26 @@ from nncf.tensor import Tensor
 from nncf.tensor import functions as fns
 from openvino import opset13 as opset
 
-from nncf_hqq import fast_path
-from nncf_hqq import fast_refine
-from nncf_hqq._nncf_glue import CompressedWeight
-from nncf_hqq.conversion import F16_MAX
-from nncf_hqq.conversion import F16_TINY
-from nncf_hqq.conversion import contiguous
-from nncf_hqq.conversion import round_to_f16
-from nncf_hqq.conversion import stored_group_error
-from nncf_hqq.conversion import to_symmetric_compressed_weight
+from nncf_hqq._nncf import CompressedWeight
+from nncf_hqq.kernels import proximal
+from nncf_hqq.kernels import refine
+from nncf_hqq.kernels import runtime
+from nncf_hqq.maths.conversion import F16_MAX
+from nncf_hqq.maths.conversion import F16_TINY
+from nncf_hqq.maths.conversion import contiguous
+from nncf_hqq.maths.conversion import round_to_f16
+from nncf_hqq.maths.conversion import stored_group_error
+from nncf_hqq.maths.conversion import to_symmetric_compressed_weight
+from nncf_hqq.maths.solver import SHRINK_MARGIN
+from nncf_hqq.maths.solver import optimize_scale_proximal
+from nncf_hqq.maths.solver import refine_symmetric_scale
+from nncf_hqq.maths.solver import scale_proximal_step
+from nncf_hqq.maths.solver import signed_levels
+from nncf_hqq.maths.solver import signed_magnitude
+from nncf_hqq.maths.solver import symmetric_init
+from nncf_hqq.maths.solver import symmetric_init_for_range
+from nncf_hqq.maths.solver import symmetric_scale_floor
 from nncf_hqq.parameters import HQQParameters
-from nncf_hqq.solver import SHRINK_MARGIN
-from nncf_hqq.solver import optimize_scale_proximal
-from nncf_hqq.solver import refine_symmetric_scale
-from nncf_hqq.solver import scale_proximal_step
-from nncf_hqq.solver import signed_levels
-from nncf_hqq.solver import signed_magnitude
-from nncf_hqq.solver import symmetric_init
-from nncf_hqq.solver import symmetric_init_for_range
-from nncf_hqq.solver import symmetric_scale_floor
 
 #: Compiled models kept (one per group size, bit width, rounds and weighting).
 CACHE_SIZE = 16
@@ -61,7 +62,7 @@ def compress(
         and the proximal loop alike (whatever ``params.weighted_proximal`` says: measured on SmolLM2, the weighted
         loop is the better one in symmetric modes, docs/quality.md).
     """
-    return fast_path.guarded(
+    return runtime.guarded(
         fallback_reason(grouped, num_bits, importance, params),
         lambda: compress_compiled(grouped, axis, num_bits, params, importance),
         lambda: compress_reference(grouped, axis, num_bits, params, importance),
@@ -71,10 +72,10 @@ def compress(
 
 def fallback_reason(weight: Tensor, num_bits: int, importance: Tensor | None, params: HQQParameters) -> str | None:
     """Why the compiled symmetric path cannot be used for this call, or None when it can."""
-    unsupported = fast_path.unsupported_parameters(params)
+    unsupported = proximal.unsupported_parameters(params)
     if unsupported:
         return f"unsupported HQQ parameters {unsupported}"
-    return fast_refine.fallback_reason(weight, num_bits, importance, params)
+    return refine.fallback_reason(weight, num_bits, importance, params)
 
 
 def compress_reference(
@@ -102,13 +103,11 @@ def compress_compiled(
     grouped: Tensor, axis: int, num_bits: int, params: HQQParameters, importance: Tensor | None = None
 ) -> CompressedWeight:
     """The compiled ``compress`` itself (no dispatch); same contract as ``compress_reference``."""
-    weight = fast_refine.numpy_f32(grouped)
+    weight = refine.numpy_f32(grouped)
     axis = axis % weight.ndim
     shape = (*weight.shape[:axis], 1, *weight.shape[axis + 1 :])
-    rows = fast_path.as_rows(weight, axis)
-    row_importance = (
-        None if importance is None else fast_refine.RowImportance.of(fast_refine.numpy_f32(importance), shape, axis)
-    )
+    rows = runtime.as_rows(weight, axis)
+    row_importance = None if importance is None else refine.RowImportance.of(refine.numpy_f32(importance), shape, axis)
     extremes = row_extremes(rows)
     if not np.isfinite(extremes[2]).all():  # NaN/Inf weights: whatever the reference makes of them
         return compress_reference(grouped, axis, num_bits, params, importance)
@@ -118,7 +117,7 @@ def compress_compiled(
     scale = signed_magnitude(rtn_scale, fns.maximum(fns.abs(rtn_scale), floor)).data
     if params.iterations:
         scale = _ScaleRun(rows, extremes[:2], floor.data, num_bits, params, row_importance).solve(scale)
-    block = fast_path.rows_per_block(rows.shape[1])
+    block = runtime.rows_per_block(rows.shape[1])
     if row_importance is not None:
         block = row_importance.block_rows(block)
     weighted = row_importance is not None
@@ -130,8 +129,8 @@ def compress_compiled(
     guard = compiled_guard(block, rows.shape[1], num_bits, weighted)
     (hqq_error, rtn_error), code_rows = guard.run_with_codes(rows, np.stack([stored, rtn_stored], 1), row_importance)
     stored = np.where(hqq_error <= rtn_error, stored, rtn_stored)
-    codes = Tensor(fast_path.from_rows(code_rows, weight.shape, axis))
-    return CompressedWeight(contiguous(codes), contiguous(Tensor(fast_path.from_rows(stored, shape, axis))), None)
+    codes = Tensor(runtime.from_rows(code_rows, weight.shape, axis))
+    return CompressedWeight(contiguous(codes), contiguous(Tensor(runtime.from_rows(stored, shape, axis))), None)
 
 
 def stored_symmetric_scale(scale: np.ndarray) -> np.ndarray:
@@ -143,13 +142,13 @@ def stored_symmetric_scale(scale: np.ndarray) -> np.ndarray:
 def row_extremes(rows: np.ndarray) -> np.ndarray:
     """Per row the minimum, maximum and sum (non-finite when a weight is), ``[3, N]``, compiled."""
     extremes = np.empty((3, rows.shape[0]), dtype=np.float32)
-    block = fast_path.rows_per_block(rows.shape[1])
-    runner = fast_path.compiled_extremes(rows.shape[1])
-    runner.run(rows.shape[0], lambda begin: [fast_path.block_rows(rows, begin, block, 0.0)], [extremes])
+    block = runtime.rows_per_block(rows.shape[1])
+    runner = runtime.compiled_extremes(rows.shape[1])
+    runner.run(rows.shape[0], lambda begin: [runtime.block_rows(rows, begin, block, 0.0)], [extremes])
     return extremes
 
 
-class _ScaleRun(fast_path.ProximalReplay):
+class _ScaleRun(proximal.ProximalReplay):
     """The proximal scale loop of one weight: settling chunks of compiled iterations, the groups where the lp
     shrinkage may act redone with the reference's operations, then the reference's early-stop bookkeeping.
     With ``importance`` the errors and updates are importance-weighted."""
@@ -161,23 +160,21 @@ class _ScaleRun(fast_path.ProximalReplay):
         floor: np.ndarray,
         num_bits: int,
         params: HQQParameters,
-        importance: fast_refine.RowImportance | None = None,
+        importance: refine.RowImportance | None = None,
     ) -> None:
         if importance is None:
             super().__init__(params, np.full(rows.shape[0], 1.0 / rows.shape[1]))
-            block = fast_path.rows_per_block(rows.shape[1])
+            block = runtime.rows_per_block(rows.shape[1])
         else:  # a group's error is its weighted sum over its importance total; the tensor's, over all totals
             totals = importance.table.astype(np.float64).sum(axis=1)[importance.group_of_row]
             super().__init__(params, 1.0 / totals, np.full(rows.shape[0], 1.0 / totals.sum()))
-            block = importance.block_rows(fast_path.rows_per_block(rows.shape[1]))
+            block = importance.block_rows(runtime.rows_per_block(rows.shape[1]))
         self.rows = rows
         self.extremes = extremes
         self.floor = np.ascontiguousarray(floor, dtype=np.float32)
         self.num_bits = num_bits
         self.importance = importance
-        self.sweep = compiled_scale_sweep(
-            block, rows.shape[1], fast_path.SETTLE_CHUNK, num_bits, importance is not None
-        )
+        self.sweep = compiled_scale_sweep(block, rows.shape[1], proximal.SETTLE_CHUNK, num_bits, importance is not None)
 
     def trajectories(self, start: np.ndarray, betas: list[float]) -> tuple[np.ndarray, np.ndarray]:
         """Scales ``[K + 1, N]`` and summed (weighted) |W - q * scale| ``[K, N]`` of ``K = len(betas)`` iterations."""
@@ -228,7 +225,7 @@ class CompiledScaleSweep:
     """The compiled hard-rounding scale iterations (``build_scale_sweep_model``) over blocks of rows."""
 
     def __init__(self, model: ov.Model, rows_per_block: int, unroll: int) -> None:
-        self.rows = fast_refine.CompiledRows(model, rows_per_block, weighted=len(model.inputs) > 2)
+        self.rows = refine.CompiledRows(model, rows_per_block, weighted=len(model.inputs) > 2)
         self.unroll = unroll
 
     def run(
@@ -236,7 +233,7 @@ class CompiledScaleSweep:
         rows: np.ndarray,
         scale: np.ndarray,
         floor: np.ndarray,
-        importance: fast_refine.RowImportance | None = None,
+        importance: refine.RowImportance | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Scales ``[unroll + 1, N]`` (row 0: ``scale``) and summed (weighted) |W - q * scale| ``[unroll, N]``."""
         values = self.rows.run(rows, np.stack([scale, floor], axis=1), importance)
@@ -250,21 +247,19 @@ def compiled_scale_sweep(block: int, group_size: int, unroll: int, num_bits: int
 
 
 @lru_cache(maxsize=CACHE_SIZE)
-def compiled_refinement(
-    block: int, group_size: int, rounds: int, num_bits: int, weighted: bool
-) -> fast_refine.CompiledRows:
+def compiled_refinement(block: int, group_size: int, rounds: int, num_bits: int, weighted: bool) -> refine.CompiledRows:
     """The compiled symmetric refinement for blocks of ``block`` rows (LRU cached)."""
     model = build_refinement_model(block, group_size, rounds, num_bits, weighted)
-    return fast_refine.CompiledRows(model, block, weighted)
+    return refine.CompiledRows(model, block, weighted)
 
 
 @lru_cache(maxsize=CACHE_SIZE)
-def compiled_guard(block: int, group_size: int, num_bits: int, weighted: bool) -> fast_refine.CompiledRows:
+def compiled_guard(block: int, group_size: int, num_bits: int, weighted: bool) -> refine.CompiledRows:
     """The compiled stored-error comparison of two symmetric scales (LRU cached)."""
-    return fast_refine.CompiledRows(build_guard_model(block, group_size, num_bits, weighted), block, weighted)
+    return refine.CompiledRows(build_guard_model(block, group_size, num_bits, weighted), block, weighted)
 
 
-class _ScaleGraph(fast_refine.RowMeans):
+class _ScaleGraph(refine.RowMeans):
     """The symmetric operations on one block ``[rows, R]`` of weights, as OpenVINO nodes."""
 
     def __init__(self, weight: ov.Node, importance: ov.Node | None, num_bits: int) -> None:
@@ -274,7 +269,7 @@ class _ScaleGraph(fast_refine.RowMeans):
 
     def codes(self, scale: ov.Node) -> ov.Node:
         """``solver.symmetric_codes``: ``clip(round(W / scale), -2^(b-1), 2^(b-1) - 1)``."""
-        return opset.clamp(opset.round(fast_path.true_divide(self.weight, scale), "half_to_even"), self.low, self.high)
+        return opset.clamp(opset.round(runtime.true_divide(self.weight, scale), "half_to_even"), self.low, self.high)
 
     def least_squares_scale(self, codes: ov.Node, scale: ov.Node, floor: ov.Node) -> ov.Node:
         """``solver.least_squares_symmetric_scale`` against the weight (invalid updates keep ``scale``), then
@@ -302,7 +297,7 @@ def build_scale_sweep_model(rows: int, group_size: int, unroll: int, num_bits: i
     of every element. Output ``[2 * unroll, rows]``: the scale after every iteration, then the summed (weighted)
     |W - q * scale| of every iteration.
     """
-    parameters, weight, (scale, floor), importance = fast_refine.block_parameters(rows, group_size, 2, weighted)
+    parameters, weight, (scale, floor), importance = refine.block_parameters(rows, group_size, 2, weighted)
     graph = _ScaleGraph(weight, importance, num_bits)
     scales, l1 = [], []
     for _ in range(unroll):
@@ -311,7 +306,7 @@ def build_scale_sweep_model(rows: int, group_size: int, unroll: int, num_bits: i
         l1.append(opset.reduce_sum(graph.weighted(error), graph.axis, keep_dims=True))
         scale = graph.least_squares_scale(codes, scale, floor)
         scales.append(scale)
-    return ov.Model([fast_refine.rows_result(scales + l1, rows)], parameters, "hqq_scale_sweep")
+    return ov.Model([refine.rows_result(scales + l1, rows)], parameters, "hqq_scale_sweep")
 
 
 def build_refinement_model(rows: int, group_size: int, rounds: int, num_bits: int, weighted: bool) -> ov.Model:
@@ -320,7 +315,7 @@ def build_refinement_model(rows: int, group_size: int, rounds: int, num_bits: in
     Per-row input columns: the scale and the floor of its magnitude (0: none). Output ``[1, rows]``: the scale of
     the best round.
     """
-    parameters, weight, (scale, floor), importance = fast_refine.block_parameters(rows, group_size, 2, weighted)
+    parameters, weight, (scale, floor), importance = refine.block_parameters(rows, group_size, 2, weighted)
     graph = _ScaleGraph(weight, importance, num_bits)
     magnitude = opset.maximum(opset.abs(scale), floor)
     scale = opset.select(opset.less(scale, graph.zero), opset.negative(magnitude), magnitude)
@@ -332,16 +327,16 @@ def build_refinement_model(rows: int, group_size: int, rounds: int, num_bits: in
         error = graph.squared_error(codes, scale)
         better = opset.less(error, best_error)
         best, best_error = opset.select(better, scale, best), opset.select(better, error, best_error)
-    return ov.Model([fast_refine.rows_result([best], rows)], parameters, "hqq_symmetric_refinement")
+    return ov.Model([refine.rows_result([best], rows)], parameters, "hqq_symmetric_refinement")
 
 
 def build_guard_model(rows: int, group_size: int, num_bits: int, weighted: bool) -> ov.Model:
     """The (weighted) mean squared error of two stored symmetric scales for a ``[rows, group_size]`` block, and the
     int8 codes of the scale each row keeps (the first where its error is not larger)."""
-    parameters, weight, (first, second), importance = fast_refine.block_parameters(rows, group_size, 2, weighted)
+    parameters, weight, (first, second), importance = refine.block_parameters(rows, group_size, 2, weighted)
     graph = _ScaleGraph(weight, importance, num_bits)
     first_codes, second_codes = graph.codes(first), graph.codes(second)
     first_error, second_error = graph.squared_error(first_codes, first), graph.squared_error(second_codes, second)
     codes = opset.select(opset.less_equal(first_error, second_error), first_codes, second_codes)
-    errors = fast_refine.rows_result([first_error, second_error], rows)
+    errors = refine.rows_result([first_error, second_error], rows)
     return ov.Model([errors, opset.result(opset.convert(codes, ov.Type.i8))], parameters, "hqq_symmetric_guard")

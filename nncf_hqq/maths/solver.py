@@ -2,7 +2,7 @@
 
 Everything here is written in HQQ's convention: a group of weights ``W`` is quantized as
 ``Wq = clip(round(W * s + z), 0, 2^b - 1)`` and reconstructed as ``(Wq - z) / s``, where ``s`` is the
-*inverse* scale and ``z`` the (float) zero point. ``nncf_hqq.conversion`` turns that into NNCF's
+*inverse* scale and ``z`` the (float) zero point. ``nncf_hqq.maths.conversion`` turns that into NNCF's
 ``(q - zero_point) * scale`` convention. No model, graph or backend code is imported here, so the same
 functions run on numpy and torch tensors.
 """

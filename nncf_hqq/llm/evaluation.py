@@ -32,7 +32,7 @@ import openvino as ov
 from nncf.common.logging import nncf_logger
 from nncf.common.logging.track_progress import track
 
-from nncf_hqq.models import ir_xml
+from nncf_hqq.llm.models import ir_xml
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

@@ -1,7 +1,7 @@
 """Building blocks of the ``nncf-hqq`` command line: compress a model into a directory that optimum-intel loads,
 evaluate OpenVINO LLMs against a reference, and report (text table, JSON, PNG bar chart).
 
-Nothing here writes to stdout: the command line (``nncf_hqq.cli``) does the user-facing output. The heavy optional
+Nothing here writes to stdout: the command line (``nncf_hqq.llm.cli``) does the user-facing output. The heavy optional
 dependencies (transformers, optimum-intel, matplotlib) are imported only where they are needed.
 """
 
@@ -28,15 +28,15 @@ from nncf import BackupMode
 from nncf import CompressWeightsMode
 
 import nncf_hqq
-from nncf_hqq import evaluation
-from nncf_hqq import models
-from nncf_hqq.algorithm import SUPPORTED_MODES
+from nncf_hqq.hqq import SUPPORTED_MODES
+from nncf_hqq.llm import evaluation
+from nncf_hqq.llm import models
 from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import HQQParameters
 from nncf_hqq.parameters import LowBitMode
 from nncf_hqq.parameters import ZeroPointFormat
 
-#: The ``--mode`` choices: the modes HQQ handles (``nncf_hqq.algorithm.SUPPORTED_MODES``) by NNCF's names, and the
+#: The ``--mode`` choices: the modes HQQ handles (``nncf_hqq.hqq.SUPPORTED_MODES``) by NNCF's names, and the
 #: asymmetric low-bit modes only HQQ writes (``nncf_hqq.LowBitMode``).
 MODES: dict[str, CompressWeightsMode | LowBitMode] = {
     **{mode.value: mode for mode in SUPPORTED_MODES},

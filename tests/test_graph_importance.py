@@ -8,9 +8,10 @@ import openvino as ov
 import pytest
 
 import nncf_hqq  # noqa: F401
-from nncf_hqq.importance import IMPORTANCE_FLOOR
-from nncf_hqq.importance import norm_gain
-from nncf_hqq.importance import norm_gain_importance
+from nncf_hqq.openvino.graph import IMPORTANCE_FLOOR
+from nncf_hqq.openvino.graph import norm_gain
+from nncf_hqq.openvino.graph import norm_gain_importance
+from nncf_hqq.parameters import HQQ_REFERENCE
 from nncf_hqq.parameters import HQQParameters
 from tests.ov_models import HIDDEN
 from tests.ov_models import input_ids
@@ -60,9 +61,9 @@ def test_wrong_channel_count_finds_no_gain() -> None:
 @pytest.mark.parametrize(
     "params",
     [
-        pytest.param(HQQParameters(importance="norm_gain"), id="norm-gain"),
-        pytest.param(HQQParameters(refine_rounds=3, importance="norm_gain", rtn_guard=True), id="refine-guard"),
-        pytest.param(HQQParameters(refine_rounds=3, zero_point_format="integer"), id="integer-zp"),
+        pytest.param(HQQ_REFERENCE.replace(importance="norm_gain"), id="norm-gain"),
+        pytest.param(HQQ_REFERENCE.replace(refine_rounds=3, importance="norm_gain", rtn_guard=True), id="refine-guard"),
+        pytest.param(HQQ_REFERENCE.replace(refine_rounds=3, zero_point_format="integer"), id="integer-zp"),
     ],
 )
 def test_variants_compress_and_run(params: HQQParameters) -> None:

@@ -9,8 +9,8 @@ import pytest
 from openvino import opset13 as opset
 
 import nncf_hqq
+from nncf_hqq.openvino.graph import attention_role
 from nncf_hqq.parameters import AttentionRole
-from nncf_hqq.roles import attention_role
 from tests.test_api import zero_point_types
 
 HIDDEN, HEADS = 64, 4
@@ -61,7 +61,7 @@ def test_value_role_in_decomposed_attention() -> None:
 
 @pytest.mark.parametrize("decomposed", [False, True], ids=["sdpa", "decomposed"])
 def test_rtn_roles_keep_integer_zero_points_for_those_projections(decomposed: bool) -> None:
-    params = nncf_hqq.HQQParameters(rtn_roles=("value",))
+    params = nncf_hqq.HQQ_REFERENCE.replace(rtn_roles=("value",))
     model = nncf.compress_weights(
         attention_model(decomposed),
         mode=nncf.CompressWeightsMode.INT4_ASYM,
@@ -77,7 +77,7 @@ def test_rtn_roles_keep_integer_zero_points_for_those_projections(decomposed: bo
 
 def test_rtn_roles_layer_equals_nncf_rtn(tmp_path: object) -> None:
     kwargs = {"mode": nncf.CompressWeightsMode.INT4_ASYM, "group_size": 32, "all_layers": True}
-    params = nncf_hqq.HQQParameters(rtn_roles=("value",))
+    params = nncf_hqq.HQQ_REFERENCE.replace(rtn_roles=("value",))
     ours = constants(nncf.compress_weights(attention_model(False), **kwargs, hqq=True, hqq_params=params))
     rtn = constants(nncf.compress_weights(attention_model(False), **kwargs))
     for suffix in ("", "/scale", "/zero_point"):

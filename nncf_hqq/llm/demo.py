@@ -22,17 +22,17 @@ from typing import Any
 from nncf.common.logging import nncf_logger
 from nncf.common.logging.track_progress import track
 
-from nncf_hqq import evaluation
-from nncf_hqq import models
-from nncf_hqq.workflows import CompressionOptions
-from nncf_hqq.workflows import compress_model
-from nncf_hqq.workflows import default_text
-from nncf_hqq.workflows import evaluate_against
-from nncf_hqq.workflows import read_model
-from nncf_hqq.workflows import require_matplotlib
-from nncf_hqq.workflows import versions
-from nncf_hqq.workflows import write_json
-from nncf_hqq.workflows import write_png
+from nncf_hqq.llm import evaluation
+from nncf_hqq.llm import models
+from nncf_hqq.llm.workflows import CompressionOptions
+from nncf_hqq.llm.workflows import compress_model
+from nncf_hqq.llm.workflows import default_text
+from nncf_hqq.llm.workflows import evaluate_against
+from nncf_hqq.llm.workflows import read_model
+from nncf_hqq.llm.workflows import require_matplotlib
+from nncf_hqq.llm.workflows import versions
+from nncf_hqq.llm.workflows import write_json
+from nncf_hqq.llm.workflows import write_png
 
 Log = Callable[[str], None]
 
@@ -82,7 +82,7 @@ class DemoResult:
 
 @contextmanager
 def model_cache(cache: Path | None) -> Iterator[None]:
-    """Point ``nncf_hqq.models`` at ``cache`` (``$NNCF_HQQ_CACHE``) for the duration; None keeps the current one."""
+    """Point ``nncf_hqq.llm.models`` at ``cache`` (``$NNCF_HQQ_CACHE``) for the duration; None keeps the current one."""
     if cache is None:
         yield
         return

@@ -19,27 +19,29 @@ import numpy as np
 import pytest
 from nncf.tensor import Tensor
 
-from nncf_hqq import fast_path
-from nncf_hqq import fast_refine
-from nncf_hqq import fast_symmetric
-from nncf_hqq.conversion import decompress
-from nncf_hqq.conversion import to_symmetric_compressed_weight
+from nncf_hqq.kernels import refine
+from nncf_hqq.kernels import runtime
+from nncf_hqq.kernels import symmetric
+from nncf_hqq.maths.conversion import decompress
+from nncf_hqq.maths.conversion import to_symmetric_compressed_weight
+from nncf_hqq.maths.solver import split_into_groups
+from nncf_hqq.maths.solver import symmetric_codes
+from nncf_hqq.maths.solver import symmetric_init
 from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import HQQ_REFERENCE
 from nncf_hqq.parameters import HQQParameters
-from nncf_hqq.solver import split_into_groups
-from nncf_hqq.solver import symmetric_codes
-from nncf_hqq.solver import symmetric_init
-from tests.test_fast_path import group_counts
-from tests.test_fast_path import heavy_tailed
+from tests.test_kernels_proximal import group_counts
+from tests.test_kernels_proximal import heavy_tailed
 
 PARAMS = {
     "default": HQQ_DEFAULT,
     "default-with-shrinkage": dataclasses.replace(HQQ_DEFAULT, shrinkage=True),
     "published": HQQ_REFERENCE,
-    "group-stop-p1-guard": HQQParameters(early_stop_scope="group", lp_norm=1.0, refine_rounds=3, rtn_guard=True),
-    "no-early-stop-40-iterations": HQQParameters(early_stop=False, iterations=40, preserve_extremes=True),
-    "norm-gain-2-rounds": HQQParameters(importance="norm_gain", refine_rounds=2, preserve_extremes=True),
+    "group-stop-p1-guard": HQQ_REFERENCE.replace(
+        early_stop_scope="group", lp_norm=1.0, refine_rounds=3, rtn_guard=True
+    ),
+    "no-early-stop-40-iterations": HQQ_REFERENCE.replace(early_stop=False, iterations=40, preserve_extremes=True),
+    "norm-gain-2-rounds": HQQ_REFERENCE.replace(importance="norm_gain", refine_rounds=2, preserve_extremes=True),
 }
 
 
@@ -63,8 +65,8 @@ def assert_matches_reference(
 ) -> None:
     grouped, axis = split_into_groups(Tensor(weight), weight.ndim - 1, group_size)
     importance = grouped_importance(grouped, axis, seed=5) if weighted else None
-    reference = fast_symmetric.compress_reference(grouped, axis, bits, params, importance)
-    compiled = fast_symmetric.compress_compiled(grouped, axis, bits, params, importance)
+    reference = symmetric.compress_reference(grouped, axis, bits, params, importance)
+    compiled = symmetric.compress_compiled(grouped, axis, bits, params, importance)
     assert compiled.zero_point is None
     assert compiled.tensor.data.dtype == np.int8 and compiled.tensor.shape == reference.tensor.shape
     assert compiled.scale.shape == reference.scale.shape
@@ -102,7 +104,7 @@ def test_compiled_matches_reference_without_importance(params: HQQParameters) ->
 def test_compiled_differs_from_rtn() -> None:
     """The loop really runs: most scales move away from NNCF's RTN scale, and the weight error drops."""
     grouped, axis = split_into_groups(Tensor(heavy_tailed((128, 512), seed=6)), 1, 64)
-    compiled = fast_symmetric.compress_compiled(grouped, axis, 4, HQQ_REFERENCE)
+    compiled = symmetric.compress_compiled(grouped, axis, 4, HQQ_REFERENCE)
     rtn = to_symmetric_compressed_weight(grouped, symmetric_init(grouped, axis, 4), 4)
     assert np.mean(compiled.scale.data != rtn.scale.data) > 0.5
     assert stored_group_mse(grouped, compiled, axis).mean() < 0.95 * stored_group_mse(grouped, rtn, axis).mean()
@@ -115,19 +117,19 @@ def test_compiled_differs_from_rtn() -> None:
 def test_settling_sweep_equals_the_full_sweep(shape: tuple[int, ...], group_size: int, weighted: bool) -> None:
     """Dropping groups whose scale repeats changes nothing: bit-identical to 20 unrolled iterations on all groups."""
     grouped, axis = split_into_groups(Tensor(heavy_tailed(shape)), len(shape) - 1, group_size)
-    rows = fast_path.as_rows(grouped.data, axis)
+    rows = runtime.as_rows(grouped.data, axis)
     keepdims = (*grouped.shape[:axis], 1, *grouped.shape[axis + 1 :])
     importance = None
     if weighted:
-        importance = fast_refine.RowImportance.of(grouped_importance(grouped, axis, 1).data, keepdims, axis)
-    extremes = fast_symmetric.row_extremes(rows)
+        importance = refine.RowImportance.of(grouped_importance(grouped, axis, 1).data, keepdims, axis)
+    extremes = symmetric.row_extremes(rows)
     scale = symmetric_init(Tensor(rows), 1, 4).data[:, 0]
     floor = np.zeros_like(scale)
-    run = fast_symmetric._ScaleRun(rows, extremes[:2], floor, 4, HQQ_REFERENCE, importance)
-    block = fast_path.rows_per_block(rows.shape[1])
+    run = symmetric._ScaleRun(rows, extremes[:2], floor, 4, HQQ_REFERENCE, importance)
+    block = runtime.rows_per_block(rows.shape[1])
     if importance is not None:
         block = importance.block_rows(block)
-    sweep = fast_symmetric.compiled_scale_sweep(block, rows.shape[1], 20, 4, weighted)
+    sweep = symmetric.compiled_scale_sweep(block, rows.shape[1], 20, 4, weighted)
     full = sweep.run(rows, scale, floor, importance)
     repeats = full[0][4] == full[0][3]
     assert repeats.any() and not repeats.all()  # some groups leave after the first chunk, some stay
@@ -138,7 +140,7 @@ def test_settling_sweep_equals_the_full_sweep(shape: tuple[int, ...], group_size
 
 def test_groups_where_shrinkage_may_act_take_the_reference_operations(monkeypatch: pytest.MonkeyPatch) -> None:
     """Rows scaled far up have half-steps beyond the shrinkage-free bound: exactly those are recomputed."""
-    redone = group_counts(monkeypatch, fast_symmetric._ScaleRun, "reference_trajectories")
+    redone = group_counts(monkeypatch, symmetric._ScaleRun, "reference_trajectories")
     weight = heavy_tailed((64, 128), seed=2)
     weight[:5] *= 500.0  # 5 rows of 4 groups of 32 with steps of ~1
     assert_matches_reference(weight, 32, 4, dataclasses.replace(HQQ_DEFAULT, shrinkage=True), weighted=True)
@@ -151,20 +153,20 @@ def test_groups_where_shrinkage_may_act_take_the_reference_operations(monkeypatc
 def test_dispatch_and_environment_switch(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
     for name in ("compress_compiled", "compress_reference"):
-        original = getattr(fast_symmetric, name)
+        original = getattr(symmetric, name)
 
         def spy(*args: Any, _f: Any = original, _n: str = name) -> Any:
             calls.append(_n)
             return _f(*args)
 
-        monkeypatch.setattr(fast_symmetric, name, spy)
+        monkeypatch.setattr(symmetric, name, spy)
     grouped, axis = split_into_groups(Tensor(heavy_tailed((32, 128))), 1, 32)
-    monkeypatch.delenv(fast_path.DISABLE_ENV, raising=False)
-    fast_symmetric.compress(grouped, axis, 4, HQQ_DEFAULT)
+    monkeypatch.delenv(runtime.DISABLE_ENV, raising=False)
+    symmetric.compress(grouped, axis, 4, HQQ_DEFAULT)
     assert calls == ["compress_compiled"]
     calls.clear()
-    monkeypatch.setenv(fast_path.DISABLE_ENV, "1")
-    fast_symmetric.compress(grouped, axis, 4, HQQ_DEFAULT)
+    monkeypatch.setenv(runtime.DISABLE_ENV, "1")
+    symmetric.compress(grouped, axis, 4, HQQ_DEFAULT)
     assert calls == ["compress_reference"]
 
 
@@ -172,8 +174,8 @@ def test_non_finite_weights_take_the_reference() -> None:
     weight = heavy_tailed((16, 64))
     weight[3, 5] = np.nan
     grouped, axis = split_into_groups(Tensor(weight), 1, 32)
-    compiled = fast_symmetric.compress_compiled(grouped, axis, 4, HQQ_DEFAULT)
-    reference = fast_symmetric.compress_reference(grouped, axis, 4, HQQ_DEFAULT)
+    compiled = symmetric.compress_compiled(grouped, axis, 4, HQQ_DEFAULT)
+    reference = symmetric.compress_reference(grouped, axis, 4, HQQ_DEFAULT)
     np.testing.assert_array_equal(compiled.scale.data, reference.scale.data)
 
 
@@ -183,7 +185,7 @@ def test_constant_and_zero_groups_stay_finite() -> None:
     weight[1] = 0.3
     weight[2, :64] = -0.01
     grouped, axis = split_into_groups(Tensor(weight), 1, 64)
-    compiled = fast_symmetric.compress_compiled(grouped, axis, 4, HQQ_DEFAULT)
+    compiled = symmetric.compress_compiled(grouped, axis, 4, HQQ_DEFAULT)
     assert np.isfinite(compiled.scale.data).all()
     np.testing.assert_allclose(decompress(compiled).data[1], 0.3, rtol=1e-3)
     assert_matches_reference(weight, 64, 4, HQQ_DEFAULT, weighted=False)

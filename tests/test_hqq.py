@@ -15,25 +15,24 @@ from nncf.quantization.algorithms.weight_compression.config import WeightCompres
 from nncf.quantization.algorithms.weight_compression.weight_lowering import calculate_integer_quantization_params
 from nncf.tensor import Tensor
 
-from nncf_hqq.algorithm import HQQ
-from nncf_hqq.conversion import decompress
-from nncf_hqq.conversion import hqq_to_nncf
-from nncf_hqq.conversion import nncf_to_hqq
-from nncf_hqq.conversion import to_compressed_weight
-from nncf_hqq.conversion import to_symmetric_compressed_weight
+from nncf_hqq.hqq import HQQ
+from nncf_hqq.maths.conversion import decompress
+from nncf_hqq.maths.conversion import hqq_to_nncf
+from nncf_hqq.maths.conversion import nncf_to_hqq
+from nncf_hqq.maths.conversion import to_compressed_weight
+from nncf_hqq.maths.conversion import to_symmetric_compressed_weight
+from nncf_hqq.maths.solver import dequantize
+from nncf_hqq.maths.solver import hqq_solve
+from nncf_hqq.maths.solver import quantize
+from nncf_hqq.maths.solver import rtn_scale_zero_point
+from nncf_hqq.maths.solver import split_into_groups
+from nncf_hqq.maths.solver import symmetric_init
 from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import HQQ_REFERENCE
-from nncf_hqq.parameters import HQQParameters
-from nncf_hqq.solver import dequantize
-from nncf_hqq.solver import hqq_solve
-from nncf_hqq.solver import quantize
-from nncf_hqq.solver import rtn_scale_zero_point
-from nncf_hqq.solver import split_into_groups
-from nncf_hqq.solver import symmetric_init
 
 INT4 = WeightCompressionConfig(CompressWeightsMode.INT4_ASYM, group_size=32)
 #: The published solver returning its best iterate, without the default's refinements.
-PLAIN = HQQParameters()
+PLAIN = HQQ_REFERENCE
 GUARDED = dataclasses.replace(PLAIN, rtn_guard=True)
 #: The default's weight-error optimisation: its last step (``unit_gain``) trades a little weight error for unit
 #: gain by design (tests/test_unit_gain.py), so the weight-error properties are stated before it.
@@ -95,7 +94,7 @@ def test_compressed_weight_matches_solver_up_to_f16_rounding() -> None:
 
 
 def test_integer_zero_point_output_is_int32_codes() -> None:
-    hqq = HQQ(HQQParameters(zero_point_format="integer"))
+    hqq = HQQ(HQQ_REFERENCE.replace(zero_point_format="integer"))
     compressed = hqq.compress(Tensor(heavy_tailed((16, 64))), 1, INT4)
     assert compressed.zero_point.data.dtype == np.int32
     assert compressed.zero_point.data.min() >= 0 and compressed.zero_point.data.max() <= 15

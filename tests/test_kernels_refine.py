@@ -1,4 +1,4 @@
-"""The compiled refinement, storage and RTN guard (``nncf_hqq.fast_refine``) against the numpy reference.
+"""The compiled refinement, storage and RTN guard (``nncf_hqq.kernels.refine``) against the numpy reference.
 
 Tolerance (``assert_matches_reference``): at least 99.9% of the groups get bit-identical stored scales and zero
 points (at least all but one group on small weights); the (weighted) squared reconstruction error of the whole
@@ -20,17 +20,18 @@ import pytest
 from nncf.tensor import Tensor
 from nncf.tensor import TensorDataType
 
-from nncf_hqq import fast_path
-from nncf_hqq import fast_refine
-from nncf_hqq.algorithm import importance_along_groups
-from nncf_hqq.conversion import encode
-from nncf_hqq.conversion import stored_group_error
-from nncf_hqq.conversion import to_compressed_weight
+from nncf_hqq.hqq import importance_along_groups
+from nncf_hqq.kernels import proximal
+from nncf_hqq.kernels import refine
+from nncf_hqq.kernels import runtime
+from nncf_hqq.maths.conversion import encode
+from nncf_hqq.maths.conversion import stored_group_error
+from nncf_hqq.maths.conversion import to_compressed_weight
+from nncf_hqq.maths.solver import rtn_scale_zero_point
+from nncf_hqq.maths.solver import split_into_groups
 from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import HQQParameters
 from nncf_hqq.parameters import ZeroPointFormat
-from nncf_hqq.solver import rtn_scale_zero_point
-from nncf_hqq.solver import split_into_groups
 from tests import ov_models
 
 INTEGER = dataclasses.replace(HQQ_DEFAULT, zero_point_format=ZeroPointFormat.INTEGER)
@@ -59,9 +60,9 @@ def case(
 def assert_matches_reference(
     grouped: Tensor, axis: int, bits: int, params: HQQParameters, importance: Tensor | None
 ) -> None:
-    s, z = fast_path.solve(grouped, axis, bits, params)
-    reference = fast_refine.finish_reference(grouped, s, z, axis, bits, params, importance)
-    compiled = fast_refine.finish_compiled(grouped, s, z, axis, bits, params, importance)
+    s, z = proximal.solve(grouped, axis, bits, params)
+    reference = refine.finish_reference(grouped, s, z, axis, bits, params, importance)
+    compiled = refine.finish_compiled(grouped, s, z, axis, bits, params, importance)
     for name in ("tensor", "scale", "zero_point"):
         ref, got = getattr(reference, name), getattr(compiled, name)
         assert (got.shape, got.dtype) == (ref.shape, ref.dtype), name
@@ -147,9 +148,9 @@ def test_non_finite_weights_get_the_reference_result(value: float) -> None:
     weight[1, 3] = value
     grouped, axis = split_into_groups(Tensor(weight), 1, 32)
     with np.errstate(invalid="ignore", divide="ignore"):
-        s, z = fast_path.solve(grouped, axis, 4, HQQ_DEFAULT)
-        compiled = fast_refine.finish_compiled(grouped, s, z, axis, 4, HQQ_DEFAULT, None)
-        reference = fast_refine.finish_reference(grouped, s, z, axis, 4, HQQ_DEFAULT, None)
+        s, z = proximal.solve(grouped, axis, 4, HQQ_DEFAULT)
+        compiled = refine.finish_compiled(grouped, s, z, axis, 4, HQQ_DEFAULT, None)
+        reference = refine.finish_reference(grouped, s, z, axis, 4, HQQ_DEFAULT, None)
     for name in ("tensor", "scale", "zero_point"):
         np.testing.assert_array_equal(getattr(compiled, name).data, getattr(reference, name).data)
 
@@ -157,7 +158,7 @@ def test_non_finite_weights_get_the_reference_result(value: float) -> None:
 def test_row_importance_blocks_equal_the_gathered_rows() -> None:
     grouped, axis, importance = case((6, 96), 1, 32, weighted=True)
     assert importance is not None
-    rows = fast_refine.RowImportance.of(importance.data, (6, 3, 1), axis)
+    rows = refine.RowImportance.of(importance.data, (6, 3, 1), axis)
     assert rows.periodic and rows.block_rows(8) == 6
     full = np.broadcast_to(importance.data, grouped.shape).reshape(-1, 32)
     np.testing.assert_array_equal(rows.block(0, 6), full[:6])
@@ -165,7 +166,7 @@ def test_row_importance_blocks_equal_the_gathered_rows() -> None:
     np.testing.assert_array_equal(rows.block(15, 6)[:3], full[15:])  # rows past the end are ignored
     grouped, axis, importance = case((96, 5), 0, 32, weighted=True)  # grouped along the first axis
     assert importance is not None
-    rows = fast_refine.RowImportance.of(importance.data, (3, 1, 5), axis)
+    rows = refine.RowImportance.of(importance.data, (3, 1, 5), axis)
     assert not rows.periodic and rows.block_rows(8) == 8
     full = np.broadcast_to(importance.data, grouped.shape).transpose(0, 2, 1).reshape(-1, 32)
     np.testing.assert_array_equal(rows.block(8, 8)[:7], full[8:])
@@ -175,21 +176,21 @@ def test_row_importance_blocks_equal_the_gathered_rows() -> None:
 @pytest.fixture
 def compiled_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     calls: list[str] = []
-    original = fast_refine.finish_compiled
-    monkeypatch.delenv(fast_path.DISABLE_ENV, raising=False)
+    original = refine.finish_compiled
+    monkeypatch.delenv(runtime.DISABLE_ENV, raising=False)
 
     def spy(*args: object, **kwargs: object) -> object:
         calls.append("compiled")
         return original(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(fast_refine, "finish_compiled", spy)
+    monkeypatch.setattr(refine, "finish_compiled", spy)
     return calls
 
 
 def test_default_compression_takes_the_compiled_path(compiled_calls: list[str]) -> None:
     grouped, axis, importance = case((32, 128), 1, 64, weighted=True)
-    s, z = fast_path.solve(grouped, axis, 4, HQQ_DEFAULT)
-    fast_refine.finish(grouped, s, z, axis, 4, HQQ_DEFAULT, importance)
+    s, z = proximal.solve(grouped, axis, 4, HQQ_DEFAULT)
+    refine.finish(grouped, s, z, axis, 4, HQQ_DEFAULT, importance)
     assert compiled_calls == ["compiled"]
 
 
@@ -197,11 +198,11 @@ def test_default_compression_takes_the_compiled_path(compiled_calls: list[str]) 
 def test_environment_switch_uses_the_reference(
     compiled_calls: list[str], monkeypatch: pytest.MonkeyPatch, params: HQQParameters
 ) -> None:
-    monkeypatch.setenv(fast_path.DISABLE_ENV, "1")
+    monkeypatch.setenv(runtime.DISABLE_ENV, "1")
     grouped, axis, importance = case((32, 128), 1, 64, weighted=True)
-    s, z = fast_path.solve(grouped, axis, 4, params)
-    result = fast_refine.finish(grouped, s, z, axis, 4, params, importance)
-    expected = fast_refine.finish_reference(grouped, s, z, axis, 4, params, importance)
+    s, z = proximal.solve(grouped, axis, 4, params)
+    result = refine.finish(grouped, s, z, axis, 4, params, importance)
+    expected = refine.finish_reference(grouped, s, z, axis, 4, params, importance)
     assert compiled_calls == []
     np.testing.assert_array_equal(result.scale.data, expected.scale.data)
 
@@ -213,7 +214,7 @@ def test_compress_weights_with_and_without_compiled_refinement(monkeypatch: pyte
     original = ov_models.run(ov_models.transformer_like(), ids)
     outputs = []
     for disabled in ("0", "1"):
-        monkeypatch.setenv(fast_path.DISABLE_ENV, disabled)
+        monkeypatch.setenv(runtime.DISABLE_ENV, disabled)
         model = nncf.compress_weights(
             ov_models.transformer_like(), mode=nncf.CompressWeightsMode.INT4_ASYM, group_size=32, hqq=True
         )

@@ -38,18 +38,19 @@ import openvino as ov
 import pytest
 from nncf.tensor import Tensor
 
-from nncf_hqq import fast_path
-from nncf_hqq import fast_refine
-from nncf_hqq import solver
+from nncf_hqq.kernels import proximal
+from nncf_hqq.kernels import refine
+from nncf_hqq.kernels import runtime
+from nncf_hqq.maths import solver
+from nncf_hqq.maths.solver import dequantize
+from nncf_hqq.maths.solver import hqq_solve
+from nncf_hqq.maths.solver import quantize
+from nncf_hqq.maths.solver import split_into_groups
 from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import HQQ_REFERENCE
 from nncf_hqq.parameters import EarlyStopScope
 from nncf_hqq.parameters import HQQParameters
 from nncf_hqq.parameters import ZeroPointFormat
-from nncf_hqq.solver import dequantize
-from nncf_hqq.solver import hqq_solve
-from nncf_hqq.solver import quantize
-from nncf_hqq.solver import split_into_groups
 from tests import ov_models
 
 #: The ``HQQParameters`` fields the fast path models itself (all others must not be read by the solver).
@@ -79,7 +80,7 @@ def assert_matches_reference(
 ) -> None:
     grouped, axis = split_into_groups(Tensor(weight), reduction_axis, group_size)
     s_ref, z_ref = hqq_solve(grouped, axis, bits, params)
-    s_fast, z_fast = fast_path.solve_compiled(grouped, axis, bits, params)
+    s_fast, z_fast = proximal.solve_compiled(grouped, axis, bits, params)
     assert s_fast.data.dtype == z_fast.data.dtype == np.float32
     assert z_fast.shape == z_ref.shape
     np.testing.assert_array_equal(s_fast.data, s_ref.data)
@@ -132,19 +133,21 @@ STRONG_SHRINKAGE = "p0.5-active-shrinkage"
 SHRINKING_DEFAULT = dataclasses.replace(HQQ_DEFAULT, shrinkage=True)
 PARAMETER_CASES = [
     pytest.param(HQQ_REFERENCE, id="published-last-iterate"),
-    pytest.param(HQQParameters(early_stop_scope=EarlyStopScope.GROUP), id="group-early-stop"),
-    pytest.param(HQQParameters(early_stop_scope=EarlyStopScope.GROUP, return_best=False), id="group-last-iterate"),
-    pytest.param(HQQParameters(early_stop=False), id="no-early-stop"),
-    pytest.param(HQQParameters(early_stop=False, return_best=False, iterations=7), id="7-iterations"),
-    pytest.param(HQQParameters(iterations=45, kappa=1.05), id="45-iterations-in-3-blocks"),
-    pytest.param(HQQParameters(iterations=0), id="no-iterations"),
-    pytest.param(HQQParameters(lp_norm=1.0), id="p1"),
-    pytest.param(HQQParameters(lp_norm=1.0, beta=300.0, early_stop=False), id="p1-active-soft-threshold"),
-    pytest.param(HQQParameters(lp_norm=0.5, beta=2.0e4, kappa=1.2), id=STRONG_SHRINKAGE),
-    pytest.param(HQQParameters(lp_norm=0.5, beta=2.0e4, kappa=1.2, shrinkage=False), id="p0.5-shrinkage-off"),
-    pytest.param(HQQParameters(lp_norm=1.0, beta=300.0, shrinkage=False), id="p1-shrinkage-off"),
+    pytest.param(HQQ_REFERENCE.replace(early_stop_scope=EarlyStopScope.GROUP), id="group-early-stop"),
     pytest.param(
-        HQQParameters(zero_point_format=ZeroPointFormat.INTEGER, rtn_guard=True, refine_rounds=2),
+        HQQ_REFERENCE.replace(early_stop_scope=EarlyStopScope.GROUP, return_best=False), id="group-last-iterate"
+    ),
+    pytest.param(HQQ_REFERENCE.replace(early_stop=False), id="no-early-stop"),
+    pytest.param(HQQ_REFERENCE.replace(early_stop=False, return_best=False, iterations=7), id="7-iterations"),
+    pytest.param(HQQ_REFERENCE.replace(iterations=45, kappa=1.05), id="45-iterations-in-3-blocks"),
+    pytest.param(HQQ_REFERENCE.replace(iterations=0), id="no-iterations"),
+    pytest.param(HQQ_REFERENCE.replace(lp_norm=1.0), id="p1"),
+    pytest.param(HQQ_REFERENCE.replace(lp_norm=1.0, beta=300.0, early_stop=False), id="p1-active-soft-threshold"),
+    pytest.param(HQQ_REFERENCE.replace(lp_norm=0.5, beta=2.0e4, kappa=1.2), id=STRONG_SHRINKAGE),
+    pytest.param(HQQ_REFERENCE.replace(lp_norm=0.5, beta=2.0e4, kappa=1.2, shrinkage=False), id="p0.5-shrinkage-off"),
+    pytest.param(HQQ_REFERENCE.replace(lp_norm=1.0, beta=300.0, shrinkage=False), id="p1-shrinkage-off"),
+    pytest.param(
+        HQQ_REFERENCE.replace(zero_point_format=ZeroPointFormat.INTEGER, rtn_guard=True, refine_rounds=2),
         id="post-solver-options",
     ),
 ]
@@ -180,19 +183,19 @@ def test_groups_where_shrinkage_acts_take_the_shrinking_sweep(
 ) -> None:
     """Wide groups (small inverse scale) fall outside the shrinkage-free bound and are recomputed with the lp
     shrinkage: compiled, or with the reference's operations when they are few."""
-    calls = {name: group_counts(monkeypatch, fast_path._ProximalRun, f"{name}_trajectories") for name in SWEEPS}
+    calls = {name: group_counts(monkeypatch, proximal._ProximalRun, f"{name}_trajectories") for name in SWEEPS}
     weight = heavy_tailed((64, 128), seed=2)
     weight[:wide_rows] *= 2000.0  # rows of groups with a range of ~100
     assert_matches_reference(weight, 1, 32, 4, SHRINKING_DEFAULT)
     assert calls["shrinking"] and 0 < calls["shrinking"][0] < weight.size // 32
-    assert (calls["shrinking"][0] > fast_path.FEW_GROUPS) == compiled
+    assert (calls["shrinking"][0] > proximal.FEW_GROUPS) == compiled
     assert bool(calls["reference"]) != compiled
 
 
 def test_default_keeps_scaled_weights_on_the_hard_rounding_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
     """Weights scaled far up (as AWQ scales channels) need the shrinking sweep in the published loop; without
     the shrinkage every group takes the settling hard-rounding sweep, and the result still equals the reference."""
-    calls = group_counts(monkeypatch, fast_path._ProximalRun, "shrinking_trajectories")
+    calls = group_counts(monkeypatch, proximal._ProximalRun, "shrinking_trajectories")
     weight = heavy_tailed((64, 128), seed=2)
     weight[:40] *= 2000.0
     assert_matches_reference(weight, 1, 32, 4, HQQ_DEFAULT)
@@ -221,8 +224,8 @@ def test_read_only_weights_are_handled() -> None:
     weight.setflags(write=False)
     assert_matches_reference(weight, 1, 128, 4, HQQ_DEFAULT)
     grouped, axis = split_into_groups(Tensor(weight), 1, 128)
-    inverse_scale, zero = fast_path.solve_compiled(grouped, axis, 4, HQQ_DEFAULT)
-    finished = fast_refine.finish_compiled(grouped, inverse_scale, zero, axis, 4, HQQ_DEFAULT, None, True)
+    inverse_scale, zero = proximal.solve_compiled(grouped, axis, 4, HQQ_DEFAULT)
+    finished = refine.finish_compiled(grouped, inverse_scale, zero, axis, 4, HQQ_DEFAULT, None, True)
     assert np.isfinite(finished.scale.data).all()
 
 
@@ -230,8 +233,8 @@ def test_openvino_tensor_input_gives_the_numpy_result() -> None:
     weight = heavy_tailed((64, 256), seed=5)
     grouped, axis = split_into_groups(Tensor(weight), 1, 128)
     ov_grouped = Tensor(ov.Tensor(np.ascontiguousarray(grouped.data)))
-    s_np, z_np = fast_path.solve(grouped, axis, 4, HQQ_DEFAULT)
-    s_ov, z_ov = fast_path.solve(ov_grouped, axis, 4, HQQ_DEFAULT)
+    s_np, z_np = proximal.solve(grouped, axis, 4, HQQ_DEFAULT)
+    s_ov, z_ov = proximal.solve(ov_grouped, axis, 4, HQQ_DEFAULT)
     np.testing.assert_array_equal(s_ov.data, s_np.data)
     np.testing.assert_array_equal(z_ov.data, z_np.data)
 
@@ -254,15 +257,15 @@ def test_shrink_free_bound(p: float, beta: float) -> None:
 @pytest.fixture
 def fast_calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[object, ...]]:
     """Records the calls of the compiled path (and still runs it); clears the environment switch."""
-    monkeypatch.delenv(fast_path.DISABLE_ENV, raising=False)
+    monkeypatch.delenv(runtime.DISABLE_ENV, raising=False)
     calls: list[tuple[object, ...]] = []
-    original = fast_path.solve_compiled
+    original = proximal.solve_compiled
 
     def spy(*args: Any, **kwargs: Any) -> tuple[Tensor, Tensor]:
         calls.append(args)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(fast_path, "solve_compiled", spy)
+    monkeypatch.setattr(proximal, "solve_compiled", spy)
     return calls
 
 
@@ -272,10 +275,10 @@ def grouped_weight() -> tuple[Tensor, int]:
 
 def test_default_parameters_take_the_fast_path(fast_calls: list) -> None:
     """Also a tripwire: a new ``HQQParameters`` field disables the fast path until it is reviewed."""
-    assert fast_path.unsupported_parameters(HQQ_DEFAULT) == []
-    assert fast_path.unsupported_parameters(HQQ_REFERENCE) == []
+    assert proximal.unsupported_parameters(HQQ_DEFAULT) == []
+    assert proximal.unsupported_parameters(HQQ_REFERENCE) == []
     weight, axis = grouped_weight()
-    fast_path.solve(weight, axis, 4, HQQ_DEFAULT)
+    proximal.solve(weight, axis, 4, HQQ_DEFAULT)
     assert len(fast_calls) == 1
 
 
@@ -283,9 +286,9 @@ def test_default_parameters_take_the_fast_path(fast_calls: list) -> None:
 def test_environment_switch_disables_the_fast_path(
     fast_calls: list, monkeypatch: pytest.MonkeyPatch, value: str
 ) -> None:
-    monkeypatch.setenv(fast_path.DISABLE_ENV, value)
+    monkeypatch.setenv(runtime.DISABLE_ENV, value)
     weight, axis = grouped_weight()
-    s, z = fast_path.solve(weight, axis, 4, HQQ_DEFAULT)
+    s, z = proximal.solve(weight, axis, 4, HQQ_DEFAULT)
     assert fast_calls == []
     s_ref, z_ref = hqq_solve(weight, axis, 4, HQQ_DEFAULT)
     np.testing.assert_array_equal(s.data, s_ref.data)
@@ -293,9 +296,9 @@ def test_environment_switch_disables_the_fast_path(
 
 
 def test_environment_switch_set_to_zero_keeps_the_fast_path(fast_calls: list, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(fast_path.DISABLE_ENV, "0")
+    monkeypatch.setenv(runtime.DISABLE_ENV, "0")
     weight, axis = grouped_weight()
-    fast_path.solve(weight, axis, 4, HQQ_DEFAULT)
+    proximal.solve(weight, axis, 4, HQQ_DEFAULT)
     assert len(fast_calls) == 1
 
 
@@ -305,20 +308,20 @@ def test_unknown_parameter_field_falls_back(fast_calls: list) -> None:
         scale_update: bool = False
 
     params = FutureParameters()
-    assert fast_path.unsupported_parameters(params) == ["scale_update"]
+    assert proximal.unsupported_parameters(params) == ["scale_update"]
     weight, axis = grouped_weight()
-    fast_path.solve(weight, axis, 4, params)
+    proximal.solve(weight, axis, 4, params)
     assert fast_calls == []
 
 
 def test_unsupported_bit_width_and_torch_tensors_fall_back(fast_calls: list) -> None:
     weight, axis = grouped_weight()
-    reason = fast_path.fallback_reason(weight, 9, HQQ_DEFAULT)
+    reason = proximal.fallback_reason(weight, 9, HQQ_DEFAULT)
     assert reason is not None and "num_bits" in reason
     torch = pytest.importorskip("torch")
     torch_weight = Tensor(torch.from_numpy(weight.data))
-    assert fast_path.fallback_reason(torch_weight, 4, HQQ_DEFAULT) is not None
-    s, _ = fast_path.solve(torch_weight, axis, 4, HQQ_DEFAULT)
+    assert proximal.fallback_reason(torch_weight, 4, HQQ_DEFAULT) is not None
+    s, _ = proximal.solve(torch_weight, axis, 4, HQQ_DEFAULT)
     assert fast_calls == []
     assert isinstance(s.data, torch.Tensor)
 
@@ -331,26 +334,26 @@ def test_solver_reads_only_the_modelled_fields() -> None:
 
 def test_logs_the_chosen_path_once(fast_calls: list, monkeypatch: pytest.MonkeyPatch) -> None:
     messages: list[str] = []
-    monkeypatch.setattr(fast_path, "_LOGGED", set())
-    monkeypatch.setattr(fast_path.nncf_logger, "debug", lambda message, *args: messages.append(str(message)))
+    monkeypatch.setattr(runtime, "_LOGGED", set())
+    monkeypatch.setattr(runtime.nncf_logger, "debug", lambda message, *args: messages.append(str(message)))
     weight, axis = grouped_weight()
     for _ in range(3):
-        fast_path.solve(weight, axis, 4, HQQ_DEFAULT)
-    monkeypatch.setenv(fast_path.DISABLE_ENV, "1")
-    fast_path.solve(weight, axis, 4, HQQ_DEFAULT)
-    fast_path.solve(weight, axis, 4, HQQ_DEFAULT)
+        proximal.solve(weight, axis, 4, HQQ_DEFAULT)
+    monkeypatch.setenv(runtime.DISABLE_ENV, "1")
+    proximal.solve(weight, axis, 4, HQQ_DEFAULT)
+    proximal.solve(weight, axis, 4, HQQ_DEFAULT)
     assert len(messages) == 2
     assert "fast path" in messages[0]
     assert "reference" in messages[1]
 
 
 def test_compiled_models_are_cached_per_group_size(fast_calls: list) -> None:
-    fast_path.compiled_sweep.cache_clear()
+    proximal.compiled_sweep.cache_clear()
     for rows in (16, 48, 80):  # different layer shapes, same group size
         weight, axis = split_into_groups(Tensor(heavy_tailed((rows, 128))), 1, 64)
-        fast_path.solve(weight, axis, 4, HQQ_DEFAULT)
-    info = fast_path.compiled_sweep.cache_info()
-    assert (info.misses, info.hits, info.maxsize) == (1, 2, fast_path.CACHE_SIZE)
+        proximal.solve(weight, axis, 4, HQQ_DEFAULT)
+    info = proximal.compiled_sweep.cache_info()
+    assert (info.misses, info.hits, info.maxsize) == (1, 2, runtime.CACHE_SIZE)
 
 
 def test_compress_weights_matches_with_and_without_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -361,7 +364,7 @@ def test_compress_weights_matches_with_and_without_fast_path(monkeypatch: pytest
     outputs: dict[bool, np.ndarray] = {}
     for disabled in (False, True):
         if disabled:
-            monkeypatch.setenv(fast_path.DISABLE_ENV, "1")
+            monkeypatch.setenv(runtime.DISABLE_ENV, "1")
         model = nncf.compress_weights(
             ov_models.transformer_like(), mode=nncf.CompressWeightsMode.INT4_ASYM, group_size=32, hqq=True
         )
@@ -377,7 +380,7 @@ def test_non_finite_weights_get_the_reference_result() -> None:
     weight[1, 3], weight[2, 5] = np.nan, np.inf
     grouped, axis = split_into_groups(Tensor(weight), 1, 32)
     with np.errstate(invalid="ignore"):
-        _, z_fast = fast_path.solve_compiled(grouped, axis, 4, HQQ_DEFAULT)
+        _, z_fast = proximal.solve_compiled(grouped, axis, 4, HQQ_DEFAULT)
         _, z_ref = hqq_solve(grouped, axis, 4, HQQ_DEFAULT)
     np.testing.assert_array_equal(z_fast.data, z_ref.data)
 
@@ -392,7 +395,7 @@ def test_settle_continues_fixed_points_and_two_cycles(whole: bool) -> None:
     l1[:4, :3] = [[9.0, 9.0, 9.0], [8.0, 8.0, 8.0], [7.0, 7.0, 7.0], [6.0, 5.0, 6.0]]
     if whole:
         zeros, l1 = zeros[:, :3].copy(), l1[:, :3].copy()
-    settled = fast_path._ProximalRun.settle(zeros, l1, np.arange(3), 4)
+    settled = proximal._ProximalRun.settle(zeros, l1, np.arange(3), 4)
     np.testing.assert_array_equal(settled, [True, True, False])
     np.testing.assert_array_equal(zeros[4:, 0], [3.0] * 4)  # z_4 == z_3: constant from then on
     np.testing.assert_array_equal(l1[4:, 0], [6.0] * 3)  # the error of z_3, repeated
@@ -413,11 +416,11 @@ def test_settling_sweep_equals_the_full_sweep(shape: tuple[int, ...], group_size
     groups (one compiled model unrolling them)."""
     grouped, axis = split_into_groups(Tensor(heavy_tailed(shape)), len(shape) - 1, group_size)
     inverse_scale, zero = solver.min_max_init(grouped, axis, 4)
-    rows = fast_path.as_rows(grouped.data, axis)
+    rows = runtime.as_rows(grouped.data, axis)
     s, z = inverse_scale.data.reshape(-1), zero.data.reshape(-1)
-    run = fast_path._ProximalRun(rows, s, 4, HQQ_DEFAULT)
+    run = proximal._ProximalRun(rows, s, 4, HQQ_DEFAULT)
     assert run.settling
-    full = fast_path.compiled_sweep(rows.shape[1], 20, 4, None).run(rows, s, z, np.zeros(20, dtype=np.float32))
+    full = proximal.compiled_sweep(rows.shape[1], 20, 4, None).run(rows, s, z, np.zeros(20, dtype=np.float32))
     repeats = full[0][4] == full[0][3]
     assert repeats.any() and not repeats.all()  # some groups leave after the first chunk, some stay
     settled = run.hard_rounding_trajectories(z, 20)

@@ -16,11 +16,11 @@ from nncf.tensor import TensorBackend
 from nncf.tensor import TensorDataType
 from nncf.tensor import functions as fns
 
-from nncf_hqq._nncf_glue import CompressedWeight
-from nncf_hqq.solver import levels_max
-from nncf_hqq.solver import signed_magnitude
-from nncf_hqq.solver import unit_gain_factor_for_codes
-from nncf_hqq.solver import weighted_mean
+from nncf_hqq._nncf import CompressedWeight
+from nncf_hqq.maths.solver import levels_max
+from nncf_hqq.maths.solver import signed_magnitude
+from nncf_hqq.maths.solver import unit_gain_factor_for_codes
+from nncf_hqq.maths.solver import weighted_mean
 
 #: Largest finite float16 value; scales and zero points are clipped into the f16 range.
 F16_MAX = 65504.0
@@ -111,9 +111,9 @@ def decompress(compressed: CompressedWeight) -> Tensor:
 
 def with_unit_gain(grouped_weight: Tensor, compressed: CompressedWeight, axis: int) -> CompressedWeight:
     """The same codes and zero points with every group's scale multiplied by ``solver.unit_gain_factor`` of its
-    reconstruction (numpy reference of ``fast_refine.with_unit_gain``). The codes stay as they are: the model
-    computes ``(q - zero_point) * scale`` with the new scale, which is no longer the scale whose nearest codes
-    they are."""
+    reconstruction (numpy reference of ``nncf_hqq.kernels.refine.with_unit_gain``). The codes stay as they are:
+    the model computes ``(q - zero_point) * scale`` with the new scale, which is no longer the scale whose nearest
+    codes they are."""
     scale = compressed.scale.astype(TensorDataType.float32)
     factor = unit_gain_factor_for_codes(grouped_weight, compressed.tensor, scale, compressed.zero_point, axis)
     return rescaled(compressed, factor)
