@@ -1,27 +1,73 @@
-"""Do two rows of ``benchmarks/quality.py`` compress a model to the same constants? (no evaluation)
+"""Does this checkout compress a real model to the same constants as another git revision? (no evaluation)
 
-Compresses the model once per row (each row's own parameters and options) and compares every constant of the two
-compressed IRs: codes, scales, zero points. Prints, per differing weight, how many of its groups differ, and a
-summary line; writes JSON. Used to check that a parameter change leaves the models' own results as they were.
+Each case is compressed twice: by the code of ``--against`` (a temporary git worktree, in a child process) and by
+this checkout (another child process). Every named constant of the two IRs is compared: codes, scales, zero points.
+Prints, per case, the constants that differ and how many elements; writes JSON. Use it when a change must leave the
+results as they were (a refactoring, a faster kernel).
 
-    python benchmarks/same_constants.py --model smollm2 --rows default,default_shrink
-    python benchmarks/same_constants.py --model qwen --rows default,default_shrink
+    python benchmarks/same_constants.py --against 5f6e27d --model smollm2
+    python benchmarks/same_constants.py --against main --model qwen --cases default,awq_se
+
+The cases are spelled with names both revisions know (``HQQ_DEFAULT``, ``HQQ_REFERENCE``, ``dataclasses.replace``),
+so that parameter-resolution changes between the revisions do not matter. Data-aware cases use random token
+windows (seed 0) as calibration data: only the equality of the two results matters here.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import openvino as ov
-from quality import MODELS
-from quality import ROW_OPTIONS
-from quality import ROWS
-from quality import compress
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Case name -> (mode, parameters expression, extra compress_weights keywords as source, data-aware).
+CASES: dict[str, tuple[str, str, str, bool]] = {
+    "default": ("INT4_ASYM", "HQQ_DEFAULT", "", False),
+    "reference": ("INT4_ASYM", "HQQ_REFERENCE", "", False),
+    "integer_zp": ("INT4_ASYM", "dataclasses.replace(HQQ_DEFAULT, zero_point_format='integer')", "", False),
+    "int4_sym": ("INT4_SYM", "HQQ_DEFAULT", "", False),
+    "int8_asym": ("INT8_ASYM", "HQQ_DEFAULT", "", False),
+    "awq_data_free": ("INT4_ASYM", "HQQ_DEFAULT", "awq=True,", False),
+    "awq_se": ("INT4_ASYM", "HQQ_DEFAULT", "awq=True, scale_estimation=True, subset_size=8,", True),
+}
+
+#: The child: compresses one case with whatever ``nncf_hqq`` is first on its path and saves the IR.
+CHILD = """
+import dataclasses, sys
+import numpy as np, openvino as ov, nncf
+import nncf_hqq
+from nncf_hqq import HQQ_DEFAULT, HQQ_REFERENCE
+xml, out, mode, group_size, params, extra, data_aware = sys.argv[1:8]
+model = ov.Core().read_model(xml)
+dataset = None
+if data_aware == "1":
+    rng = np.random.default_rng(0)
+    vocab = model.output("logits").get_partial_shape()[-1].get_length()
+    def sample(ids):
+        n = ids.shape[1]
+        return {"input_ids": ids, "attention_mask": np.ones_like(ids), "position_ids": np.arange(n)[None],
+                "beam_idx": np.zeros(1, dtype=np.int32)}
+    dataset = nncf.Dataset([sample(rng.integers(0, vocab, size=(1, 64))) for _ in range(8)])
+mode = getattr(nncf.CompressWeightsMode, mode)
+int8 = mode in (nncf.CompressWeightsMode.INT8_ASYM, nncf.CompressWeightsMode.INT8_SYM)
+plan = "" if int8 else "group_size=" + group_size + ", ratio=1.0, backup_mode=nncf.BackupMode.NONE, "
+compressed = eval(
+    "nncf.compress_weights(model, mode=mode, " + plan + "dataset=dataset, hqq=True, hqq_params=" + params + ", "
+    + extra + ")"
+)
+print("compressed by", nncf_hqq.__file__, file=sys.stderr)
+ov.save_model(compressed, out, compress_to_fp16=False)
+"""
 
 
 def constants(model: ov.Model) -> dict[str, np.ndarray]:
@@ -35,53 +81,65 @@ def constants(model: ov.Model) -> dict[str, np.ndarray]:
 
 
 def compare(first: dict[str, np.ndarray], second: dict[str, np.ndarray]) -> dict[str, dict[str, int]]:
-    """Per differing constant: its element count and the number of elements that differ."""
-    if first.keys() != second.keys():
-        msg = f"the two models have different constants: {sorted(first.keys() ^ second.keys())[:5]}"
-        raise ValueError(msg)
+    """Per differing constant: its element count and the number of elements that differ (names only in one
+    model count as wholly different)."""
     differing = {}
-    for name, a in first.items():
-        b = second[name]
-        if a.shape != b.shape:
-            differing[name] = {"elements": int(a.size), "differing": int(a.size)}
+    for name in sorted(first.keys() | second.keys()):
+        a, b = first.get(name), second.get(name)
+        if a is None or b is None or a.shape != b.shape:
+            size = int((a if a is not None else b).size)  # type: ignore[union-attr]
+            differing[name] = {"elements": size, "differing": size}
         elif not np.array_equal(a, b, equal_nan=True):
             differing[name] = {"elements": int(a.size), "differing": int(np.count_nonzero(a != b))}
     return differing
 
 
+def compress_in_child(code_root: Path, xml: Path, out: Path, group_size: int, case: str) -> ov.Model:
+    mode, params, extra, data_aware = CASES[case]
+    env = {**os.environ, "PYTHONPATH": str(code_root)}
+    arguments = [str(xml), str(out), mode, str(group_size), params, extra, "1" if data_aware else "0"]
+    subprocess.run([sys.executable, "-c", CHILD, *arguments], check=True, env=env, cwd=code_root)
+    return ov.Core().read_model(out)
+
+
+def model_xml(name: str) -> tuple[Path, int]:
+    sys.path.insert(0, str(ROOT))
+    from nncf_hqq.llm.models import ir_xml
+    from nncf_hqq.llm.models import qwen_ov_dir
+    from nncf_hqq.llm.models import smollm2_ov_dir
+
+    return (ir_xml(smollm2_ov_dir()), 64) if name == "smollm2" else (ir_xml(qwen_ov_dir()), 128)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", choices=sorted(MODELS), default="smollm2")
+    parser.add_argument("--against", required=True, help="the git revision to compare with")
+    parser.add_argument("--model", choices=("smollm2", "qwen"), default="smollm2")
     parser.add_argument("--group-size", type=int, default=None, help="default: the model's protocol group size")
-    parser.add_argument("--rows", default="default,default_shrink", help="two rows of benchmarks/quality.py")
+    parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of {', '.join(CASES)}")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    rows = args.rows.split(",")
-    if len(rows) != 2 or any(r not in ROWS for r in rows):
-        parser.error(f"--rows needs two rows of benchmarks/quality.py, got {args.rows!r}")
-    ir_dir_of, protocol_group_size = MODELS[args.model]
+    cases = args.cases.split(",")
+    if unknown := [c for c in cases if c not in CASES]:
+        parser.error(f"unknown cases {unknown}")
+    xml, protocol_group_size = model_xml(args.model)
     group_size = args.group_size or protocol_group_size
-    compressed = [constants(compress(ir_dir_of(), group_size, ROWS[r], ROW_OPTIONS.get(r))[0]) for r in rows]
-    differing = compare(*compressed)
-    scales = {name: d for name, d in differing.items() if name.endswith("/scale")}
-    groups = sum(c.size for name, c in compressed[0].items() if name.endswith("/scale"))
-    for name, d in sorted(differing.items()):
-        print(f"{name:70s} {d['differing']:>10d} of {d['elements']}")
-    changed_groups = sum(d["differing"] for d in scales.values())
-    print(
-        f"{args.model} g{group_size} {rows[0]} vs {rows[1]}: {len(differing)} of {len(compressed[0])} constants "
-        f"differ; scales of {changed_groups} of {groups} groups"
-    )
-    result: dict[str, Any] = {
-        "model": args.model,
-        "group_size": group_size,
-        "rows": rows,
-        "constants": len(compressed[0]),
-        "groups": int(groups),
-        "differing_scale_groups": int(changed_groups),
-        "differing": differing,
-    }
-    out = args.out or Path("results") / f"same_constants_{args.model}_{rows[0]}_{rows[1]}.json"
+    result: dict[str, Any] = {"model": args.model, "group_size": group_size, "against": args.against, "cases": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        other = Path(tmp) / "other"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(other), args.against], check=True)
+        try:
+            for case in cases:
+                theirs = constants(compress_in_child(other, xml, Path(tmp) / f"{case}_theirs.xml", group_size, case))
+                ours = constants(compress_in_child(ROOT, xml, Path(tmp) / f"{case}_ours.xml", group_size, case))
+                differing = compare(theirs, ours)
+                for name, d in differing.items():
+                    print(f"  {case}: {name:70s} {d['differing']:>10d} of {d['elements']}")
+                print(f"{case}: {len(differing)} of {len(ours)} constants differ", flush=True)
+                result["cases"][case] = {"constants": len(ours), "differing": differing}
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(other)], check=True)
+    out = args.out or ROOT / "results" / f"same_constants_{args.model}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     print(f"-> {out}")
