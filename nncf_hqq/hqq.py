@@ -292,10 +292,11 @@ class HQQ:
     ) -> Mapping[str, CompressedWeight]:
         """HQQ's compressed weights of every weight it decides, by weight name, for the backend to write.
 
-        Like NNCF's ``ScaleEstimation.apply``. A weight HQQ leaves to NNCF's round-to-nearest (other precisions,
-        roles in ``params.rtn_roles``) has no entry. Each compressed weight is computed when the backend reads it
-        (see ``HQQCompressedWeights``), so that one layer's codes are held at a time, and from the weight as it is
-        then (steps between ``apply`` and the writer, such as AWQ, may change it).
+        Like NNCF's ``ScaleEstimation.apply``. A weight HQQ leaves to NNCF's round-to-nearest (other precisions;
+        roles in ``params.rtn_roles`` when there are no statistics for it) has no entry. Each compressed weight is
+        computed when the backend reads it (see ``HQQCompressedWeights``), so that one layer's codes are held at a
+        time, and from the weight as it is then (steps between ``apply`` and the writer, such as AWQ, may change
+        it).
 
         :param statistics: calibration statistics by node name (after AWQ, when it ran); a weight whose node has
             them is refined on its calibration inputs (``compress_on_activations``), the others are data-free.
@@ -305,10 +306,10 @@ class HQQ:
             if not self.is_applicable(wp.compression_config):
                 continue
             role = backend_entity.attention_role(wp) if self.uses_roles else None
-            if not self.writes_all_layers and self.keeps_rtn(role):
-                continue  # NNCF's own RTN, bit for bit
-            axis = single_reduction_axis(wp.reduction_axes, wp.weight_name)
             node_statistics = None if statistics is None else statistics.get(wp.node_with_weight.node_name)
+            if node_statistics is None and not self.writes_all_layers and self.keeps_rtn(role):
+                continue  # NNCF's own RTN, bit for bit (with statistics: RTN refined on them)
+            axis = single_reduction_axis(wp.reduction_axes, wp.weight_name)
             planned[wp.weight_name] = _PlannedWeight(wp, axis, role, node_statistics)
         return HQQCompressedWeights(self, planned, model, graph, backend_entity)
 

@@ -80,9 +80,22 @@ def test_scale_estimation_slot_hands_hqq_the_statistics(applied: list) -> None:
     assert len(applied) == 1
     weights, statistics = applied[0]
     assert statistics is not None and sorted(weights) == ["down_proj", "up_proj"]
+    # With statistics, a value projection gets RTN refined on them (Scale Estimation of the RTN result).
 
 
 def test_hqq_is_not_called_without_hqq(applied: list) -> None:
     nncf.compress_weights(transformer_like(), **INT4)
     nncf_hqq.compress_weights(transformer_like(), **INT4, hqq=False)
     assert applied == []
+
+
+def test_value_projection_with_statistics_is_rtn_refined_on_them(applied: list) -> None:
+    from tests.test_graph_roles import HIDDEN
+    from tests.test_graph_roles import attention_model
+
+    rng = np.random.default_rng(0)
+    dataset = nncf.Dataset([rng.standard_normal((1, 8, HIDDEN)).astype(np.float32) for _ in range(4)])
+    model = attention_model(decomposed=False)
+    nncf.compress_weights(model, **INT4, ratio=1.0, dataset=dataset, scale_estimation=True, hqq=True)
+    weights, statistics = applied[0]
+    assert statistics is not None and "v_proj" in weights  # RTN as the start, refined on the statistics
