@@ -98,7 +98,7 @@ ROWS: dict[str, HQQParameters | None] = {
     "awq_df": None,
     "awq_df_hqq": HQQ_DEFAULT,
     "awq_df_hqq_int": dataclasses.replace(HQQ_DEFAULT, zero_point_format="integer"),
-    # the default before it left out the lp shrinkage (session 13), and the row that measured leaving it out (as
+    # the default with the published lp shrinkage, and the row that measured leaving it out (as
     # beta=1e-3 then: no error reaches that beta's shrinkage-free bound of ~200, so the same as the default now)
     "awq_df_hqq_shrink": dataclasses.replace(HQQ_DEFAULT, shrinkage=True),
     "awq_df_hqq_no_shrink": HQQ_DEFAULT,

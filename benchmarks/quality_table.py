@@ -1,4 +1,4 @@
-"""The whole data-free quality table of docs/quality.md in one command: NNCF's RTN, the published HQQ solver and
+"""The whole data-free quality table of docs/results.md in one command: NNCF's RTN, the published HQQ solver and
 ``hqq=True`` on SmolLM2-135M (g64), the Qwen2.5-1.5B-shaped model (g64 and g128) and all-MiniLM-L6-v2 (g64),
 with the share of RTN's gap to FP each closes.
 

@@ -95,8 +95,8 @@ MAX_UNROLLED_ITERATIONS = 20
 
 
 #: Iterations per chunk of the hard-rounding sweep; after each chunk the groups whose zero point repeats leave it
-#: (see ``_ProximalRun.settling_trajectories``). On SmolLM2 (g64) 87% of the groups have settled after 4
-#: iterations and 99% after 8; on the Qwen2.5-1.5B-shaped model (g128) 67% and 93%.
+#: (see ``_ProximalRun.settling_trajectories``). On real LLM weights most groups settle within the first chunk or
+#: two (the shares measured on two models: docs/research-log.md).
 SETTLE_CHUNK = 4
 
 

@@ -34,9 +34,8 @@ SUPPORTED_BITS = range(1, 9)
 SUPPORTED_DTYPES = (TensorDataType.float16, TensorDataType.bfloat16, TensorDataType.float32, TensorDataType.float64)
 
 
-#: Elements per block of rows that one inference processes (1 MiB of f32). Measured on one 4096x4096 int4 g128
-#: weight (2 cores): the refinement takes 0.115 s with 128 Ki elements and 0.103 s with 256 Ki, the RTN guard
-#: 0.038 s and 0.026 s, the proximal sweep the same; smaller blocks are slower (per-inference overhead).
+#: Elements per block of rows that one inference processes (1 MiB of f32): large enough that the per-inference
+#: overhead does not dominate, small enough to stay in the CPU cache (block sizes measured: docs/research-log.md).
 BLOCK_ELEMENTS = 256 * 1024
 
 
@@ -151,7 +150,8 @@ class BlockRunner:
                 in_flight.append(inputs)
                 # ``start_async`` starts the queue's first idle request (the one ``get_idle_request_id`` names; the
                 # lock keeps any other caller out), so its inputs are set on it beforehand, as shared tensors:
-                # without the per-call Python input dispatch of ``start_async(inputs)``, ~20% of HQQ's step.
+                # without the per-call Python input dispatch of ``start_async(inputs)`` (its cost measured:
+                # docs/research-log.md).
                 request = self.queue[self.queue.get_idle_request_id()]
                 for index, array in enumerate(inputs):
                     request.set_input_tensor(index, ov.Tensor(array, shared_memory=True))

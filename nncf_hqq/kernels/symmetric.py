@@ -59,8 +59,8 @@ def compress(
     """Symmetric HQQ of a grouped weight (see the module doc), compiled where possible.
 
     :param importance: per-element weights broadcastable to ``grouped``; they weight the refinement and the guard
-        and the proximal loop alike (whatever ``params.weighted_proximal`` says: measured on SmolLM2, the weighted
-        loop is the better one in symmetric modes, docs/quality.md).
+        and the proximal loop alike (whatever ``params.weighted_proximal`` says: the weighted loop measured better
+        in symmetric modes, docs/research-log.md).
     """
     return runtime.guarded(
         fallback_reason(grouped, num_bits, importance, params),
