@@ -57,9 +57,9 @@ SYMMETRIC_MODES = (
     CompressWeightsMode.INT2_SYM,
 )
 SUPPORTED_MODES = ASYMMETRIC_MODES + SYMMETRIC_MODES
-#: ``unit_gain`` acts on codes of this many bits or more: measured better on a real model at 3 and 4 bits
-#: (docs/research-log.md); at 2 bits the quantization noise it scales up with the signal is as large as the signal,
-#: and on a random test model it made the outputs worse, so 2-bit codes keep the refined scale.
+#: ``unit_gain`` acts on codes of this many bits or more: measured better on a real model at 3 and 4 bits; at 2
+#: bits the quantization noise it scales up with the signal is as large as the signal, and on a random test model
+#: it made the outputs worse, so 2-bit codes keep the refined scale (docs/research-log.md).
 UNIT_GAIN_MIN_BITS = 3
 
 

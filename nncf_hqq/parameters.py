@@ -109,9 +109,9 @@ class HQQParameters:
     :param importance: data-free weighting of input channels in the refinement and the RTN guard (see
         ``Importance``), and in the proximal loop too when ``weighted_proximal``.
     :param weighted_proximal: also weight the asymmetric proximal loop by ``importance``. Off by default: that
-        weighted loop runs on the numpy reference only (no compiled fast path), dozens of times slower, for a gain
-        not measured. Symmetric modes always weight their (compiled) scale loop by ``importance``: measured better
-        there (docs/research-log.md).
+        weighted loop runs on the numpy reference only (no compiled fast path), dozens of times slower, for no
+        measurable gain. Symmetric modes always weight their (compiled) scale loop by ``importance``: measured
+        better there (both: docs/research-log.md).
     :param unit_gain: finally multiply every group's scale by ``<W, W> / <W_hat, W>`` (codes and zero point
         kept), so that the reconstruction has unit gain along the weight. The least-squares refinement minimises the
         squared error, which attenuates each group by the relative energy of its error; over a deep model that

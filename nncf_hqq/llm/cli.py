@@ -1,6 +1,6 @@
 """The ``nncf-hqq`` command line.
 
-    nncf-hqq compress MODEL OUT [--mode int4_asym|int4_sym|int8_asym|int8_sym] [--group-size N] [--ratio R] [--awq]
+    nncf-hqq compress MODEL OUT [--mode MODE] [--group-size N] [--ratio R] [--awq]
                       [--scale-estimation --dataset TEXT_FILE] [--zero-point float|int] [--no-hqq]
     nncf-hqq evaluate MODEL... --reference FP_MODEL [--text FILE] [--windows N] [--json OUT.json] [--png OUT.png]
     nncf-hqq demo [--windows N] [--cache DIR] [--out DIR]
