@@ -160,6 +160,9 @@ def source_model(model: str, log: Callable[[str], None] | None = None) -> Iterat
     if kind == "ir_dir":
         yield SourceModel(path / MODEL_XML, path)
         return
+    model_type = models.hf_model_type(path) if kind == "hf_dir" else None
+    if model_type is not None and (obstacle := models.export_obstacle(model_type)) is not None:
+        raise models.UnsupportedFamilyError(obstacle)
     with tempfile.TemporaryDirectory(prefix="nncf-hqq-export-") as tmp:
         if log is not None:
             log(f"Exporting {model} to OpenVINO IR (fp32) with optimum-intel")
@@ -167,7 +170,8 @@ def source_model(model: str, log: Callable[[str], None] | None = None) -> Iterat
             ir_dir = models.export_to_openvino(path if kind == "hf_dir" else model, Path(tmp) / "ov")
         except Exception as err:
             where = "the Hugging Face hub (is it reachable?)" if kind == "hub_id" else str(path)
-            msg = f"could not export {model} from {where}: {type(err).__name__}: {err}"
+            family = f" (model family {model_type!r})" if model_type else ""
+            msg = f"could not export {model}{family} from {where}: {type(err).__name__}: {err}"
             raise RuntimeError(msg) from err
         yield SourceModel(ir_dir / MODEL_XML, ir_dir)
 
