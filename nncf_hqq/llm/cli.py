@@ -271,6 +271,8 @@ def _dataset(args: argparse.Namespace, source: workflows.SourceModel) -> Any:
     if not (args.awq or args.scale_estimation or (args.ratio is not None and args.ratio < 1.0)):
         _info("note: --dataset is used only by --awq, --scale-estimation or --ratio < 1; it has no effect here")
     _info(f"Calibration data: {args.subset_size} random 256-token windows of {args.dataset}")
+    for finding in workflows.check_calibration_text(source.xml, source.files_dir, Path(tokenizer_dir), args.dataset):
+        _info(f"warning: {finding}")
     return workflows.calibration_dataset(tokenizer_dir, args.dataset, args.subset_size)
 
 
@@ -337,11 +339,19 @@ def run_evaluate(args: argparse.Namespace) -> int:
     if args.png is not None:
         workflows.require_matplotlib()
     start = time.perf_counter()
+    warnings: list[str] = []
+
+    def warn(finding: str) -> None:
+        warnings.append(finding)
+        _info(f"warning: {finding}")
+
     results = workflows.evaluate_against(
-        reference, candidates, tokenizer_dir, text, args.windows, args.window_size, args.reference_name
+        reference, candidates, tokenizer_dir, text, args.windows, args.window_size, args.reference_name, warn
     )
     _info(f"evaluation: {time.perf_counter() - start:.1f} s")
     _out(workflows.format_table(results))
+    for finding in warnings:
+        _out(f"warning: {finding}")
     record = {
         "reference": args.reference_name,
         "models": {args.reference_name: str(reference), **{n: str(p) for n, p in candidates.items()}},
@@ -349,6 +359,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         "windows": args.windows,
         "window_size": args.window_size,
         "results": results,
+        "warnings": warnings,
         "versions": workflows.versions(),
     }
     if args.json is not None:

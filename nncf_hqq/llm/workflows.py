@@ -31,6 +31,7 @@ import nncf_hqq
 from nncf_hqq.hqq import SUPPORTED_MODES
 from nncf_hqq.llm import evaluation
 from nncf_hqq.llm import models
+from nncf_hqq.llm import sanity
 from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import HQQParameters
 from nncf_hqq.parameters import LowBitMode
@@ -233,11 +234,40 @@ def evaluate_against(
     n_windows: int,
     window: int = evaluation.WINDOW,
     reference_name: str = "fp",
+    warn: Callable[[str], None] | None = None,
 ) -> dict[str, evaluation.Metrics]:
-    """PPL, KL vs the reference and top-1 agreement on the first ``n_windows`` windows of the text."""
+    """PPL, KL vs the reference and top-1 agreement on the first ``n_windows`` windows of the text.
+
+    ``warn`` receives the findings of ``nncf_hqq.llm.sanity`` (text and tokenizer, then the reference perplexity).
+    """
     tokenizer = evaluation.load_tokenizer(tokenizer_dir)
-    windows = evaluation.wikitext_windows(tokenizer, text_path, n_windows, window=window)
-    return evaluation.evaluate_llms(reference, candidates, windows, reference_name=reference_name)
+    text = evaluation.read_text(text_path)
+    ids = evaluation.tokenize_text(tokenizer, text_path)
+    windows = evaluation.token_windows(ids, n_windows, window, str(text_path))
+    reference_llm = evaluation.StatefulLLM(reference)
+    findings = sanity.check_tokenized_text(text, ids, reference_llm, model_files_dir(reference), f"{text_path}")
+    results = evaluation.evaluate_llms(reference_llm, candidates, windows, reference_name=reference_name)
+    final = sanity.perplexity_warning(results[reference_name]["ppl"], "the reference's perplexity on the windows")
+    for finding in [*findings, *([final] if final else [])]:
+        if warn is not None:
+            warn(finding)
+    return results
+
+
+def check_calibration_text(model_xml: Path, files_dir: Path | None, tokenizer_dir: Path, text_path: Path) -> list[str]:
+    """``nncf_hqq.llm.sanity``'s checks of a calibration text, with the model to compress as the reference."""
+    tokenizer = evaluation.load_tokenizer(tokenizer_dir)
+    ids = evaluation.tokenize_text(tokenizer, text_path)
+    llm = evaluation.StatefulLLM(model_xml)
+    return sanity.check_tokenized_text(evaluation.read_text(text_path), ids, llm, files_dir, str(text_path))
+
+
+def model_files_dir(model: evaluation.ModelLike) -> Path | None:
+    """The directory of an IR given as a path (where its config.json is); None for in-memory models."""
+    if not isinstance(model, str | Path):
+        return None
+    path = Path(model)
+    return path.parent if path.suffix == ".xml" else path
 
 
 def format_table(
