@@ -71,6 +71,8 @@ def test_family_exports_compresses_with_hqq_and_generates(
     if family in MOE_FAMILIES:
         assert len(experts) == 3 * 2, sorted(experts)  # gate, up and down projections of two layers
         assert experts <= float_zero_points, "expert weights without HQQ's float zero point"
+        assert not [name for name in weights if "mlp.gate." in name]  # the routers are kept in float
+        assert "MoE: 2 routers / gates kept in float" in err
     else:
         assert not experts
     generate(out_dir, tokenizer)
@@ -101,3 +103,30 @@ def test_family_that_cannot_be_exported_is_refused_in_one_line(
 
 def test_every_matrix_family_is_exportable_with_the_installed_stack() -> None:
     assert {family: models.export_obstacle(family) for family in FAMILIES} == dict.fromkeys(FAMILIES)
+
+
+def test_routers_are_compressed_on_request_and_ignore_patterns_keep_layers_float(
+    tokenizer: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hf_dir = save_tiny_family("qwen3_moe", tmp_path / "hf", tokenizer)
+    ir_dir = models.export_to_openvino(hf_dir, tmp_path / "ir")
+    code, _, err = run_cli(["compress", ir_dir, tmp_path / "all", "--group-size", "64", "--quantize-routers"], capsys)
+    assert code == 0, err
+    assert (
+        len(
+            [
+                n
+                for n in compressed_weights(ov.Core().read_model(tmp_path / "all" / workflows.MODEL_XML))
+                if "mlp.gate." in n
+            ]
+        )
+        == 2
+    )
+    args = ["compress", ir_dir, tmp_path / "ignored", "--group-size", "64", "--ignore", r".*layers\.1\.self_attn\..*"]
+    code, _, err = run_cli(args, capsys)
+    assert code == 0, err
+    names = compressed_weights(ov.Core().read_model(tmp_path / "ignored" / workflows.MODEL_XML))
+    assert not [n for n in names if "layers.1.self_attn." in n or "mlp.gate." in n]
+    assert [n for n in names if "layers.0.self_attn." in n]
+    code, _, err = run_cli(["compress", ir_dir, tmp_path / "typo", "--ignore", "no_such_layer_.*"], capsys)
+    assert code == 1 and "no_such_layer_" in err

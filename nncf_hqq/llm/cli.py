@@ -93,6 +93,18 @@ def _add_compress_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokenizer", metavar="DIR", type=Path, help="tokenizer dir for --dataset (default: MODEL's)")
     p.add_argument("--zero-point", choices=sorted(workflows.ZERO_POINT_FORMATS), help="HQQ zero point (default float)")
     p.add_argument("--no-hqq", action="store_true", help="plain NNCF (round to nearest) instead of HQQ")
+    p.add_argument(
+        "--ignore",
+        metavar="REGEX",
+        action="append",
+        default=[],
+        help="keep the layers whose name matches in float (repeatable; NNCF's IgnoredScope patterns)",
+    )
+    p.add_argument(
+        "--quantize-routers",
+        action="store_true",
+        help="compress MoE routers and scalar gates too (default: kept in float, docs/moe.md)",
+    )
 
 
 def _add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
@@ -233,6 +245,8 @@ def compression_options(args: argparse.Namespace) -> CompressionOptions:
         hqq=not args.no_hqq,
         zero_point=args.zero_point,
         subset_size=args.subset_size,
+        ignore=tuple(args.ignore),
+        quantize_routers=args.quantize_routers,
     )
 
 
@@ -250,7 +264,10 @@ def run_compress(args: argparse.Namespace) -> int:
         dataset = _dataset(args, source) if args.dataset is not None else None
         _info(f"Compressing {source.xml} ({_describe_options(options, dataset is not None)})")
         compress_start = time.perf_counter()
-        model = workflows.compress_model(workflows.read_model(source.xml), options, dataset)
+        model = workflows.read_model(source.xml)
+        if not options.quantize_routers and (gates := workflows.moe_gate_matmuls(model)):
+            _info(f"MoE: {len(gates)} routers / gates kept in float (--quantize-routers compresses them)")
+        model = workflows.compress_model(model, options, dataset)
         compress_seconds = time.perf_counter() - compress_start
         _info(f"compression: {compress_seconds:.1f} s")
         record = _compress_record(args, options, compress_seconds)

@@ -32,6 +32,7 @@ from nncf_hqq.hqq import SUPPORTED_MODES
 from nncf_hqq.llm import evaluation
 from nncf_hqq.llm import models
 from nncf_hqq.llm import sanity
+from nncf_hqq.openvino.graph import moe_gate_matmuls
 from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import HQQParameters
 from nncf_hqq.parameters import LowBitMode
@@ -78,6 +79,8 @@ class CompressionOptions:
     hqq: bool = True
     zero_point: str | None = None
     subset_size: int = 128
+    ignore: tuple[str, ...] = ()
+    quantize_routers: bool = False
 
     def hqq_params(self) -> HQQParameters | None:
         """``HQQ_DEFAULT`` with the requested zero-point format, or None (HQQ_DEFAULT itself / no HQQ)."""
@@ -85,9 +88,20 @@ class CompressionOptions:
             return None
         return dataclasses.replace(HQQ_DEFAULT, zero_point_format=ZERO_POINT_FORMATS[self.zero_point])
 
-    def nncf_kwargs(self, dataset: nncf.Dataset | None = None) -> dict[str, Any]:
+    def ignored_scope(self, model: ov.Model) -> nncf.IgnoredScope | None:
+        """The layers kept in float: ``ignore`` (regular expressions over layer names) and, unless
+        ``quantize_routers``, the MoE routers and scalar gates (``nncf_hqq.moe_gate_matmuls``)."""
+        names = [] if self.quantize_routers else moe_gate_matmuls(model)
+        if not names and not self.ignore:
+            return None
+        return nncf.IgnoredScope(names=names, patterns=list(self.ignore))
+
+    def nncf_kwargs(
+        self, dataset: nncf.Dataset | None = None, ignored_scope: nncf.IgnoredScope | None = None
+    ) -> dict[str, Any]:
         """Keyword arguments of ``nncf.compress_weights`` (with ``hqq``/``hqq_params``) for these options."""
         return {
+            "ignored_scope": ignored_scope,
             "mode": MODES[self.mode],
             "group_size": self.group_size,
             "ratio": self.ratio,
@@ -103,7 +117,7 @@ class CompressionOptions:
 
 def compress_model(model: ov.Model, options: CompressionOptions, dataset: nncf.Dataset | None = None) -> ov.Model:
     """``nncf.compress_weights`` (HQQ-aware, see ``nncf_hqq.compress_weights``) with the given options."""
-    return nncf_hqq.compress_weights(model, **options.nncf_kwargs(dataset))
+    return nncf_hqq.compress_weights(model, **options.nncf_kwargs(dataset, options.ignored_scope(model)))
 
 
 def read_model(model_xml: str | Path) -> ov.Model:
