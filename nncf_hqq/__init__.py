@@ -15,6 +15,7 @@ import nncf.quantization
 
 from nncf_hqq.api import AdvancedCompressionParameters
 from nncf_hqq.api import compress_weights
+from nncf_hqq.openvino.graph import moe_gate_matmuls
 from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import HQQ_REFERENCE
 from nncf_hqq.parameters import AttentionRole
@@ -35,6 +36,7 @@ __all__ = [
     "LowBitMode",
     "ZeroPointFormat",
     "compress_weights",
+    "moe_gate_matmuls",
 ]
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import nncf
 import numpy as np
 from nncf import CompressWeightsMode
+from nncf.common.logging import nncf_logger
 from nncf.tensor import Tensor
 from nncf.tensor import TensorBackend
 from nncf.tensor import TensorDataType
@@ -63,13 +64,28 @@ SUPPORTED_MODES = ASYMMETRIC_MODES + SYMMETRIC_MODES
 UNIT_GAIN_MIN_BITS = 3
 
 
-def single_reduction_axis(reduction_axes: int | tuple[int, ...], weight_name: str) -> int:
-    """The one axis along which groups are formed; HQQ, like NNCF's grouped RTN, needs exactly one."""
+def reduction_axes_tuple(reduction_axes: int | tuple[int, ...], ndim: int) -> tuple[int, ...]:
+    """NNCF's reduction axes of a weight as a sorted tuple of non-negative axes."""
     axes = (reduction_axes,) if isinstance(reduction_axes, int) else tuple(reduction_axes)
-    if len(axes) != 1:
-        msg = f"HQQ expects a single reduction axis for weight '{weight_name}', got {axes}."
-        raise ValueError(msg)
-    return axes[0]
+    return tuple(sorted(axis % ndim for axis in axes))
+
+
+def merge_reduction_axes(weight: Tensor, axes: tuple[int, ...]) -> tuple[Tensor, Callable[[Tensor], Tensor]]:
+    """``weight`` with its reduction ``axes`` moved last and merged into one (so that per-channel HQQ runs over
+    all of them as one group), and the map of a result in that layout back to NNCF's: codes ``[*kept, n]`` to the
+    weight's shape, per-channel parameters ``[*kept, 1]`` to the weight's shape with size 1 on every reduced axis."""
+    ndim = weight.ndim
+    last = tuple(range(ndim - len(axes), ndim))
+    moved = fns.moveaxis(weight, axes, last)
+    kept_shape = tuple(moved.shape[: ndim - len(axes)])
+    reduced_shape = tuple(moved.shape[ndim - len(axes) :])
+    merged = moved.reshape((*kept_shape, int(np.prod(reduced_shape))))
+
+    def restore(tensor: Tensor) -> Tensor:
+        unmerged = reduced_shape if tensor.shape[-1] != 1 else (1,) * len(axes)
+        return fns.moveaxis(tensor.reshape((*kept_shape, *unmerged)), last, axes)
+
+    return merged, restore
 
 
 def as_float32_numpy(weight: Tensor) -> Tensor:
@@ -169,26 +185,49 @@ class HQQ:
     def compress(
         self,
         weight: Tensor,
-        reduction_axis: int,
+        reduction_axis: int | tuple[int, ...],
         config: WeightCompressionConfig,
         importance: np.ndarray | None = None,
         role: AttentionRole | None = None,
     ) -> CompressedWeight:
         """Compresses one weight; the result's tensors are in the grouped shape NNCF uses.
 
-        :param importance: optional per-input-channel weights (length ``weight.shape[reduction_axis]``).
+        :param reduction_axis: NNCF's reduction axis, or axes: several (a convolution's, some embeddings') are
+            compressed per channel over all of them (``compress_over_axes``).
+        :param importance: optional per-input-channel weights (length ``weight.shape[reduction_axis]``); not used
+            with several reduction axes.
         :param role: the weight's attention role; roles in ``params.rtn_roles`` get NNCF's round-to-nearest.
         """
+        axes = reduction_axes_tuple(reduction_axis, weight.ndim)
+        if len(axes) > 1:
+            return self.compress_over_axes(weight, axes, config, role)
         params, bits = self.params, self.bits(config)
-        grouped, axis = split_into_groups(as_float32_numpy(weight), reduction_axis, config.group_size)
+        grouped, axis = split_into_groups(as_float32_numpy(weight), axes[0], config.group_size)
         weights = None
         if importance is not None:
-            weights = importance_along_groups(importance, tuple(weight.shape), reduction_axis, config.group_size)
+            weights = importance_along_groups(importance, tuple(weight.shape), axes[0], config.group_size)
         gain = params.unit_gain and bits >= UNIT_GAIN_MIN_BITS and not self.keeps_rtn(role)
         if config.mode not in SYMMETRIC_MODES:
             return self.compress_asymmetric(grouped, axis, bits, weights, role, gain)
         result = self.compress_symmetric(grouped, axis, bits, weights, role)
         return refine.with_unit_gain(grouped, result, axis) if gain else result
+
+    def compress_over_axes(
+        self,
+        weight: Tensor,
+        axes: tuple[int, ...],
+        config: WeightCompressionConfig,
+        role: AttentionRole | None = None,
+    ) -> CompressedWeight:
+        """Per-channel HQQ of a weight NNCF reduces over several axes: the axes merged into one group per output
+        channel, the result in NNCF's per-channel layout (parameters with size 1 on every reduced axis)."""
+        if config.group_size != -1:
+            msg = f"groups of {config.group_size} need a single reduction axis, got {axes}; use group_size=-1"
+            raise ValueError(msg)
+        merged, restore = merge_reduction_axes(as_float32_numpy(weight), axes)
+        result = self.compress(merged, merged.ndim - 1, config, None, role)
+        zero_point = None if result.zero_point is None else restore(result.zero_point)
+        return CompressedWeight(restore(result.tensor), restore(result.scale), zero_point)
 
     def compress_asymmetric(
         self,
@@ -269,12 +308,21 @@ class HQQ:
         backend_entity: HQQAlgoBackend,
     ) -> None:
         """Raises ``nncf.ValidationError`` naming the first weight HQQ cannot compress (NaN/Inf values, or groups
-        that need more than one reduction axis), before anything touches the model."""
+        over several reduction axes), before anything touches the model. A weight with several reduction axes
+        compressed per channel is fine: HQQ merges the axes into one group per channel."""
         for wp in all_weight_params:
             if not self.is_applicable(wp.compression_config):
                 continue
-            single_reduction_axis(wp.reduction_axes, wp.weight_name)
             weight = backend_entity.get_weight(wp.node_with_weight, wp.weight_port_id, model, graph)
+            axes = reduction_axes_tuple(wp.reduction_axes, weight.ndim)
+            group_size = wp.compression_config.group_size
+            if len(axes) > 1 and group_size != -1:
+                msg = (
+                    f"Weight '{wp.weight_name}' of layer '{wp.node_with_weight.node_name}' is reduced over the axes "
+                    f"{axes}; HQQ forms groups along one axis, so it compresses such a weight per channel only, not "
+                    f"in groups of {group_size}. The model was not modified."
+                )
+                raise nncf.ValidationError(msg)
             if not all_finite(as_numpy(weight)):
                 msg = (
                     f"Weight '{wp.weight_name}' of layer '{wp.node_with_weight.node_name}' contains NaN or Inf "
@@ -309,8 +357,7 @@ class HQQ:
             node_statistics = None if statistics is None else statistics.get(wp.node_with_weight.node_name)
             if node_statistics is None and not self.writes_all_layers and self.keeps_rtn(role):
                 continue  # NNCF's own RTN, bit for bit (with statistics: RTN refined on them)
-            axis = single_reduction_axis(wp.reduction_axes, wp.weight_name)
-            planned[wp.weight_name] = _PlannedWeight(wp, axis, role, node_statistics)
+            planned[wp.weight_name] = _PlannedWeight(wp, role, node_statistics)
         return HQQCompressedWeights(self, planned, model, graph, backend_entity)
 
     def compress_planned(
@@ -318,10 +365,19 @@ class HQQ:
     ) -> CompressedWeight:
         """The compressed weight of one planned weight (see ``apply``), from the weight and the graph as they are
         now (after AWQ, when it ran)."""
-        wp, axis = planned.params, planned.axis
+        wp = planned.params
         weight = backend_entity.get_weight(wp.node_with_weight, wp.weight_port_id, model, graph)
-        importance = backend_entity.input_importance(wp, weight.shape[axis]) if self.uses_norm_gain else None
+        axes = reduction_axes_tuple(wp.reduction_axes, weight.ndim)
         config = wp.compression_config
+        if len(axes) > 1:
+            if planned.statistics is not None:
+                nncf_logger.info(
+                    f"HQQ compresses '{wp.weight_name}' without its calibration data: it is reduced over the axes "
+                    f"{axes}, and the data-aware refinement works along one"
+                )
+            return self.compress_over_axes(weight, axes, config, planned.role)
+        axis = axes[0]
+        importance = backend_entity.input_importance(wp, weight.shape[axis]) if self.uses_norm_gain else None
         if planned.statistics is None:
             return self.compress(weight, axis, config, importance, planned.role)
         activation_axis, _ = backend_entity.get_activation_channel_axis_and_shape(graph, wp.node_with_weight)
@@ -334,7 +390,6 @@ class _PlannedWeight:
     """What ``HQQ.apply`` has decided about one weight before computing it."""
 
     params: WeightCompressionParameters
-    axis: int
     role: AttentionRole | None
     statistics: Any
 

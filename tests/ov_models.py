@@ -65,3 +65,18 @@ def run(model: ov.Model, ids: np.ndarray) -> np.ndarray:
     config = {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
     compiled = ov.Core().compile_model(model, "CPU", config)
     return np.asarray(compiled(ids)[0])
+
+
+def conv_and_gather(seed: int = 0, vocab: int = 32) -> ov.Model:
+    """A Gather of a 3-D table ``[vocab, 4, 16]`` (NNCF reduces it over axes 1 and 2), a Convolution ``[8, 4, 3, 3]``
+    (reduced over axes 1, 2, 3) and a MatMul head: the weights that NNCF reduces over several axes."""
+    rng = np.random.default_rng(seed)
+    ids = opset.parameter([1, 8], ov.Type.i64, name="input_ids")
+    table = opset.constant(heavy_tailed(rng, (vocab, 4, 16), scale=1.0), name="table")
+    x = opset.gather(table, ids, axis=0, name="lookup")  # [1, 8, 4, 16]
+    x = opset.transpose(x, opset.constant(np.array([0, 2, 1, 3], dtype=np.int64)))  # [1, 4, 8, 16]
+    kernel = opset.constant(heavy_tailed(rng, (8, 4, 3, 3), scale=0.3), name="conv_weight")
+    x = opset.convolution(x, kernel, [1, 1], [1, 1], [1, 1], [1, 1], name="conv")  # [1, 8, 8, 16]
+    x = opset.reshape(x, opset.constant(np.array([1, 8, 128], dtype=np.int64)), special_zero=False)
+    head = opset.matmul(x, opset.constant(heavy_tailed(rng, (16, 128)), name="head"), False, True, name="head_mm")
+    return ov.Model([opset.result(head, name="logits")], [ids], "conv_and_gather")

@@ -93,6 +93,18 @@ def _add_compress_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tokenizer", metavar="DIR", type=Path, help="tokenizer dir for --dataset (default: MODEL's)")
     p.add_argument("--zero-point", choices=sorted(workflows.ZERO_POINT_FORMATS), help="HQQ zero point (default float)")
     p.add_argument("--no-hqq", action="store_true", help="plain NNCF (round to nearest) instead of HQQ")
+    p.add_argument(
+        "--ignore",
+        metavar="REGEX",
+        action="append",
+        default=[],
+        help="keep the layers whose name matches in float (repeatable; NNCF's IgnoredScope patterns)",
+    )
+    p.add_argument(
+        "--quantize-routers",
+        action="store_true",
+        help="compress MoE routers and scalar gates too (default: kept in float, docs/moe.md)",
+    )
 
 
 def _add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
@@ -233,6 +245,8 @@ def compression_options(args: argparse.Namespace) -> CompressionOptions:
         hqq=not args.no_hqq,
         zero_point=args.zero_point,
         subset_size=args.subset_size,
+        ignore=tuple(args.ignore),
+        quantize_routers=args.quantize_routers,
     )
 
 
@@ -250,7 +264,10 @@ def run_compress(args: argparse.Namespace) -> int:
         dataset = _dataset(args, source) if args.dataset is not None else None
         _info(f"Compressing {source.xml} ({_describe_options(options, dataset is not None)})")
         compress_start = time.perf_counter()
-        model = workflows.compress_model(workflows.read_model(source.xml), options, dataset)
+        model = workflows.read_model(source.xml)
+        if not options.quantize_routers and (gates := workflows.moe_gate_matmuls(model)):
+            _info(f"MoE: {len(gates)} routers / gates kept in float (--quantize-routers compresses them)")
+        model = workflows.compress_model(model, options, dataset)
         compress_seconds = time.perf_counter() - compress_start
         _info(f"compression: {compress_seconds:.1f} s")
         record = _compress_record(args, options, compress_seconds)
@@ -271,6 +288,8 @@ def _dataset(args: argparse.Namespace, source: workflows.SourceModel) -> Any:
     if not (args.awq or args.scale_estimation or (args.ratio is not None and args.ratio < 1.0)):
         _info("note: --dataset is used only by --awq, --scale-estimation or --ratio < 1; it has no effect here")
     _info(f"Calibration data: {args.subset_size} random 256-token windows of {args.dataset}")
+    for finding in workflows.check_calibration_text(source.xml, source.files_dir, Path(tokenizer_dir), args.dataset):
+        _info(f"warning: {finding}")
     return workflows.calibration_dataset(tokenizer_dir, args.dataset, args.subset_size)
 
 
@@ -337,11 +356,19 @@ def run_evaluate(args: argparse.Namespace) -> int:
     if args.png is not None:
         workflows.require_matplotlib()
     start = time.perf_counter()
+    warnings: list[str] = []
+
+    def warn(finding: str) -> None:
+        warnings.append(finding)
+        _info(f"warning: {finding}")
+
     results = workflows.evaluate_against(
-        reference, candidates, tokenizer_dir, text, args.windows, args.window_size, args.reference_name
+        reference, candidates, tokenizer_dir, text, args.windows, args.window_size, args.reference_name, warn
     )
     _info(f"evaluation: {time.perf_counter() - start:.1f} s")
     _out(workflows.format_table(results))
+    for finding in warnings:
+        _out(f"warning: {finding}")
     record = {
         "reference": args.reference_name,
         "models": {args.reference_name: str(reference), **{n: str(p) for n, p in candidates.items()}},
@@ -349,6 +376,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         "windows": args.windows,
         "window_size": args.window_size,
         "results": results,
+        "warnings": warnings,
         "versions": workflows.versions(),
     }
     if args.json is not None:

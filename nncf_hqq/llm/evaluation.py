@@ -10,18 +10,23 @@
 * For the MiniLM encoder: mean cosine similarity of mask-mean-pooled embeddings vs the FP encoder.
 
 Models are stateful OpenVINO LLM IRs as optimum-intel exports them (inputs ``input_ids``, ``attention_mask``,
-``position_ids``, ``beam_idx``; output ``logits``). They run as plain ``ov.Core`` compiled models, one window per
-prefill request; the FP logits are never stored beyond the current window.
+``position_ids``, ``beam_idx``; output ``logits``). They run as plain ``ov.Core`` compiled models. A window runs as
+consecutive prefill requests of ``PREFILL_CHUNK`` tokens on one state (the computation of a single request, to float
+rounding), every model in lockstep: each request's logits (``PREFILL_CHUNK x vocab``) are reduced to the metrics
+before the next one, so memory does not grow with the number of windows, and per model only by its compiled weights
+and one such block. The reductions run in float32 over the vocabulary with float64 sums and per-token values; they
+agree with a float64 log-softmax to the printed digits (tests/test_evaluation.py).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from collections.abc import Iterable
+from collections.abc import Iterator
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
-from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING
 from typing import Any
@@ -51,7 +56,8 @@ ENCODER_CONFIG: dict[str, str] = {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QU
 
 WINDOW = 512
 CALIBRATION_SEQ_LEN = 256
-_ROW_CHUNK = 128  # rows of a [T, V] logits block turned into float64 at a time
+PREFILL_CHUNK = 128
+"""Tokens per prefill request in ``evaluate_llms``: each model's logits block is ``PREFILL_CHUNK x vocab`` float32."""
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -73,9 +79,13 @@ def wikitext_windows(
     tokenizer: PreTrainedTokenizerBase, text_path: str | Path, n_windows: int, window: int = WINDOW
 ) -> list[np.ndarray]:
     """The first ``n_windows`` non-overlapping ``window``-token windows of the tokenized text (int64 arrays)."""
-    ids = tokenize_text(tokenizer, text_path)
+    return token_windows(tokenize_text(tokenizer, text_path), n_windows, window, str(text_path))
+
+
+def token_windows(ids: np.ndarray, n_windows: int, window: int = WINDOW, source: str = "the text") -> list[np.ndarray]:
+    """The first ``n_windows`` non-overlapping ``window``-token windows of ``ids`` (copies)."""
     if n_windows * window > ids.size:
-        msg = f"{text_path} has {ids.size} tokens, fewer than {n_windows} windows of {window}"
+        msg = f"{source} has {ids.size} tokens, fewer than {n_windows} windows of {window}"
         raise ValueError(msg)
     return [ids[i * window : (i + 1) * window].copy() for i in range(n_windows)]
 
@@ -92,13 +102,16 @@ def wikitext_lines(text_path: str | Path, n: int) -> list[str]:
     return lines
 
 
-def llm_inputs(input_ids: np.ndarray) -> dict[str, np.ndarray]:
-    """Stateful-LLM prefill inputs for one sequence, as optimum-intel feeds them (batch 1, no padding)."""
+def llm_inputs(input_ids: np.ndarray, start: int = 0) -> dict[str, np.ndarray]:
+    """Stateful-LLM prefill inputs for one sequence, as optimum-intel feeds them (batch 1, no padding).
+
+    :param start: tokens already in the state (a later piece of a sequence prefilled in several requests).
+    """
     ids = np.asarray(input_ids, dtype=np.int64).reshape(1, -1)
     return {
         "input_ids": ids,
-        "attention_mask": np.ones_like(ids),
-        "position_ids": np.arange(ids.shape[1], dtype=np.int64).reshape(1, -1),
+        "attention_mask": np.ones((1, start + ids.shape[1]), dtype=np.int64),
+        "position_ids": np.arange(start, start + ids.shape[1], dtype=np.int64).reshape(1, -1),
         "beam_idx": np.zeros(1, dtype=np.int32),
     }
 
@@ -140,19 +153,27 @@ def compile_model(model: ModelLike, config: Mapping[str, str] | None = None, cor
 
 
 class StatefulLLM:
-    """A compiled stateful OpenVINO LLM that returns the logits of a whole window in one prefill request."""
+    """A compiled stateful OpenVINO LLM that returns the logits of a window (state reset first)."""
 
     def __init__(self, model: ModelLike, config: Mapping[str, str] | None = None, core: ov.Core | None = None) -> None:
         self.compiled = compile_model(model, config, core)
         self.request = self.compiled.create_infer_request()
         self._input_names = {name for port in self.compiled.inputs for name in port.get_names()}
 
-    def logits(self, input_ids: np.ndarray) -> np.ndarray:
-        """Reset the state, run ``input_ids`` (1-D) and return float32 logits of shape ``[len(input_ids), vocab]``."""
+    def logit_blocks(self, input_ids: np.ndarray, chunk: int | None = None) -> Iterator[np.ndarray]:
+        """Reset the state and run ``input_ids`` (1-D) as consecutive prefill requests of ``chunk`` tokens (one
+        request when None); yields each request's float32 logits ``[tokens, vocab]``, a view of the request's
+        output that the next request overwrites."""
         self.request.reset_state()
-        inputs = {k: v for k, v in llm_inputs(input_ids).items() if k in self._input_names}
-        self.request.infer(inputs)
-        return np.array(self.request.get_tensor("logits").data[0], dtype=np.float32, copy=True)
+        step = len(input_ids) if chunk is None else chunk
+        for lo in range(0, len(input_ids), step):
+            inputs = llm_inputs(input_ids[lo : lo + step], start=lo)
+            self.request.infer({k: v for k, v in inputs.items() if k in self._input_names})
+            yield self.request.get_tensor("logits").data[0]
+
+    def logits(self, input_ids: np.ndarray, chunk: int | None = None) -> np.ndarray:
+        """Float32 logits ``[len(input_ids), vocab]`` of a window (a copy), in one prefill request by default."""
+        return np.concatenate([np.array(b, dtype=np.float32) for b in self.logit_blocks(input_ids, chunk)])
 
 
 def window_logits(model: ModelLike | StatefulLLM, input_ids: np.ndarray) -> np.ndarray:
@@ -165,10 +186,62 @@ def window_logits(model: ModelLike | StatefulLLM, input_ids: np.ndarray) -> np.n
 # Metrics
 # --------------------------------------------------------------------------------------------------------------------
 def log_softmax64(logits: np.ndarray) -> np.ndarray:
-    """Row-wise log-softmax in float64."""
+    """Row-wise log-softmax in float64 (the reference the float32 reductions are tested against)."""
     x = np.asarray(logits, dtype=np.float64)
     x = x - x.max(axis=-1, keepdims=True)
     return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
+
+
+def nll_sum(logp: np.ndarray, input_ids: np.ndarray) -> float:
+    """Sum of -log p(token[t+1] | tokens[:t+1]) over the T-1 predicted tokens of a window; ``logp`` is ``[T, V]``."""
+    targets = np.asarray(input_ids[1:], dtype=np.int64)
+    return float(-logp[np.arange(targets.size), targets].sum())
+
+
+@dataclass
+class LogitRows:
+    """One block of a model's logits reduced to what the metrics need, per row (token position).
+
+    :param lse: log-sum-exp of each row, float64.
+    :param argmax: the top-1 token of each row.
+    :param total: sum of ``exp_shifted`` over each row, float64.
+    :param exp_shifted: ``exp(logits - max)`` per row, float32 ``[rows, vocab]``.
+    """
+
+    lse: np.ndarray
+    argmax: np.ndarray
+    total: np.ndarray
+    exp_shifted: np.ndarray
+
+    @classmethod
+    def of(cls, logits: np.ndarray, out: np.ndarray | None = None) -> LogitRows:
+        """Reduce float32 ``logits [rows, vocab]``; ``out`` (same shape, float32) receives ``exp_shifted``."""
+        argmax = logits.argmax(axis=-1)
+        peak = logits[np.arange(len(logits)), argmax]
+        shifted = np.subtract(logits, peak[:, None], out=out)
+        np.exp(shifted, out=shifted)
+        total = shifted.sum(axis=-1, dtype=np.float64)
+        return cls(peak.astype(np.float64) + np.log(total), argmax, total, shifted)
+
+    def probabilities(self) -> np.ndarray:
+        """The rows' softmax, float32, computed in place of ``exp_shifted``."""
+        self.exp_shifted *= (1.0 / self.total).astype(np.float32)[:, None]
+        return self.exp_shifted
+
+    def nll(self, logits: np.ndarray, targets: np.ndarray) -> float:
+        """Sum of -log p(target) over the rows with a target (``targets`` is -1 where there is none)."""
+        rows = np.flatnonzero(targets >= 0)
+        return float((self.lse[rows] - logits[rows, targets[rows]].astype(np.float64)).sum())
+
+
+def kl_sum(
+    ref_logits: np.ndarray, ref_prob: np.ndarray, ref_lse: np.ndarray, logits: np.ndarray, lse: np.ndarray
+) -> float:
+    """Sum over rows of KL(P_ref || P) = sum_v p_v (z_ref,v - z_v) + lse(z) - lse(z_ref), float32 over the
+    vocabulary with float64 sums; ``ref_logits`` is overwritten (the caller's scratch copy)."""
+    np.subtract(ref_logits, logits, out=ref_logits)
+    ref_logits *= ref_prob
+    return float(ref_logits.sum(dtype=np.float64) + (lse - ref_lse).sum())
 
 
 @dataclass
@@ -191,37 +264,52 @@ class _Sums:
         }
 
 
-@dataclass
-class _Reference:
-    """The FP model's float64 log-probs and argmaxes for the current window."""
-
-    logp: np.ndarray
-    prob: np.ndarray = field(init=False)
-    argmax: np.ndarray = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.prob = np.exp(self.logp)
-        self.argmax = self.logp.argmax(axis=-1)
-
-
-def nll_sum(logp: np.ndarray, input_ids: np.ndarray) -> float:
-    """Sum of -log p(token[t+1] | tokens[:t+1]) over the T-1 predicted tokens of a window; ``logp`` is ``[T, V]``."""
-    targets = np.asarray(input_ids[1:], dtype=np.int64)
-    return float(-logp[np.arange(targets.size), targets].sum())
+def _timed_blocks(llm: StatefulLLM, sums: _Sums, input_ids: np.ndarray, chunk: int | None) -> Iterator[np.ndarray]:
+    """``llm.logit_blocks`` with the inference time added to ``sums.seconds``."""
+    blocks = llm.logit_blocks(input_ids, chunk)
+    while True:
+        start = time.perf_counter()
+        block = next(blocks, None)
+        sums.seconds += time.perf_counter() - start
+        if block is None:
+            return
+        yield block
 
 
-def _accumulate(sums: _Sums, ref: _Reference, logits: np.ndarray, input_ids: np.ndarray) -> None:
-    """Add one window of a candidate's logits (all T positions for KL / top-1, T-1 predicted tokens for NLL)."""
-    n_rows = logits.shape[0]
+def _evaluate_window(
+    llms: Mapping[str, StatefulLLM],
+    sums: Mapping[str, _Sums],
+    input_ids: np.ndarray,
+    chunk: int | None,
+    on_block: Callable[[str], None],
+) -> None:
+    """Add one window to every model's sums; the first model is the reference. Models advance block by block."""
+    names = list(llms)
     targets = np.append(np.asarray(input_ids[1:], dtype=np.int64), -1)
-    for lo in range(0, n_rows, _ROW_CHUNK):
-        hi = min(lo + _ROW_CHUNK, n_rows)
-        logp = log_softmax64(logits[lo:hi])
-        sums.kl += float((ref.prob[lo:hi] * (ref.logp[lo:hi] - logp)).sum())
-        sums.top1 += int((logp.argmax(axis=-1) == ref.argmax[lo:hi]).sum())
-        rows = np.flatnonzero(targets[lo:hi] >= 0)
-        sums.nll -= float(logp[rows, targets[lo:hi][rows]].sum())
-        sums.n_predicted += rows.size
+    streams = {name: _timed_blocks(llms[name], sums[name], input_ids, chunk) for name in names}
+    lo = 0
+    for ref_block in streams[names[0]]:
+        rows = slice(lo, lo + len(ref_block))
+        ref = LogitRows.of(ref_block)
+        _add_rows(sums[names[0]], ref.nll(ref_block, targets[rows]), targets[rows], len(ref_block), len(ref_block))
+        on_block(names[0])
+        ref_prob, scratch = ref.probabilities(), np.empty_like(ref_block)
+        for name in names[1:]:
+            block = next(streams[name])
+            rows_of = LogitRows.of(block, out=scratch)
+            np.copyto(scratch, ref_block)
+            kl = kl_sum(scratch, ref_prob, ref.lse, block, rows_of.lse)
+            top1 = int((rows_of.argmax == ref.argmax).sum())
+            _add_rows(sums[name], rows_of.nll(block, targets[rows]), targets[rows], top1, len(block), kl)
+            on_block(name)
+        lo += len(ref_block)
+
+
+def _add_rows(sums: _Sums, nll: float, targets: np.ndarray, top1: int, n_rows: int, kl: float = 0.0) -> None:
+    sums.nll += nll
+    sums.n_predicted += int((targets >= 0).sum())
+    sums.kl += kl
+    sums.top1 += top1
     sums.n_positions += n_rows
 
 
@@ -230,12 +318,14 @@ def evaluate_llms(
     candidates: Mapping[str, ModelLike | StatefulLLM],
     windows: Sequence[np.ndarray],
     reference_name: str = "fp",
+    chunk: int | None = PREFILL_CHUNK,
 ) -> dict[str, Metrics]:
     """Perplexity, KL(P_fp || P_candidate) and top-1 agreement of every candidate, plus the FP model's own numbers.
 
-    Runs the FP model and every candidate window by window; only one window's FP log-probs are kept at a time.
-    Returns ``{name: {"ppl", "kl", "top1", "seconds"}}`` with the reference under ``reference_name``
-    (its ``kl`` is 0 and ``top1`` is 1 by construction); ``seconds`` is that model's inference wall time.
+    Every model runs window by window in lockstep, each window as prefill requests of ``chunk`` tokens (None: one
+    request per window); only the current block's logits are held. Returns ``{name: {"ppl", "kl", "top1",
+    "seconds"}}`` with the reference under ``reference_name`` (its ``kl`` is 0 and ``top1`` is 1 by construction);
+    ``seconds`` is that model's inference wall time. The progress bar names the model and the window.
     """
     if reference_name in candidates:
         msg = f"candidate name {reference_name!r} is reserved for the reference"
@@ -243,31 +333,18 @@ def evaluate_llms(
     models = {reference_name: reference, **candidates}
     llms = {name: m if isinstance(m, StatefulLLM) else StatefulLLM(m) for name, m in models.items()}
     sums = {name: _Sums() for name in llms}
-    for input_ids in track(windows, description="Evaluating windows"):
-        ref = _run_reference(llms[reference_name], sums[reference_name], input_ids)
-        for name in candidates:
-            start = time.perf_counter()
-            logits = llms[name].logits(input_ids)
-            sums[name].seconds += time.perf_counter() - start
-            _accumulate(sums[name], ref, logits, input_ids)
+    blocks = max(1, -(-len(windows[0]) // chunk)) if windows and chunk else 1
+    with track[None](total=len(windows) * len(llms), description="Evaluating") as bar:
+        for index, input_ids in enumerate(windows, 1):
+
+            def advance(name: str, index: int = index) -> None:
+                bar.update(advance=1 / blocks, description=f"Evaluating {name}, window {index}/{len(windows)}")
+
+            _evaluate_window(llms, sums, input_ids, chunk, advance)
     results = {name: s.metrics() for name, s in sums.items()}
     for name, m in results.items():
         nncf_logger.info(f"{name}: ppl={m['ppl']:.4f} kl={m['kl']:.5f} top1={m['top1']:.4f}")
     return results
-
-
-def _run_reference(llm: StatefulLLM, sums: _Sums, input_ids: np.ndarray) -> _Reference:
-    start = time.perf_counter()
-    logits = llm.logits(input_ids)
-    sums.seconds += time.perf_counter() - start
-    ref = _Reference(
-        np.concatenate([log_softmax64(logits[i : i + _ROW_CHUNK]) for i in range(0, len(logits), _ROW_CHUNK)])
-    )
-    sums.nll += nll_sum(ref.logp, input_ids)
-    sums.n_predicted += len(input_ids) - 1
-    sums.top1 += len(input_ids)
-    sums.n_positions += len(input_ids)
-    return ref
 
 
 def perplexity(model: ModelLike | StatefulLLM, windows: Sequence[np.ndarray]) -> float:

@@ -281,6 +281,71 @@ def check_tokenizer(tokenizer: Any) -> None:
         raise RuntimeError(msg)
 
 
+class UnsupportedFamilyError(RuntimeError):
+    """A model family that the installed transformers / optimum-intel cannot export to OpenVINO."""
+
+
+def export_obstacle(model_type: str, task: str = LLM_TASK) -> str | None:
+    """Why the installed transformers and optimum-intel cannot export a ``model_type`` model for ``task``, in one
+    line with what to install instead; None when neither says anything against it.
+
+    optimum-intel's export config of a family may bound the transformers version (``MIN_TRANSFORMERS_VERSION`` /
+    ``MAX_TRANSFORMERS_VERSION``); the export itself would stop there, after the model was loaded.
+    """
+    import importlib.metadata
+
+    _require("optimum.intel")
+    import optimum.exporters.openvino  # noqa: F401  (registers the OpenVINO export configs)
+    import transformers
+    from optimum.exporters.tasks import TasksManager
+    from packaging.version import Version
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    optimum_intel = importlib.metadata.version("optimum-intel")
+    installed = f"transformers {transformers.__version__} / optimum-intel {optimum_intel}"
+    head = f"cannot export model family {model_type!r} with {installed}"
+    export = "export with `optimum-cli export openvino --model MODEL --weight-format fp32 IR`, run nncf-hqq on IR"
+    newer = f"a newer optimum-intel may: in a separate environment pip install -U optimum-intel transformers, {export}"
+    if model_type not in CONFIG_MAPPING_NAMES:
+        return f"{head}: transformers does not know it; {newer}"
+    try:
+        constructor = TasksManager.get_exporter_config_constructor(
+            exporter="openvino", model_type=model_type, task=task, library_name="transformers"
+        )
+    except (KeyError, ValueError):
+        return f"{head}: optimum-intel has no OpenVINO export of it for {task}; {newer}"
+    config_class = getattr(constructor, "func", constructor)
+    low, high = (_version_text(getattr(config_class, f"{b}_TRANSFORMERS_VERSION", None)) for b in ("MIN", "MAX"))
+    if low is not None and high is not None and Version(low) > Version(high):
+        return f"{head}: its export config asks for transformers >= {low} and <= {high} at once; {newer}"
+    current = Version(transformers.__version__)
+    if (low is None or current >= Version(low)) and (high is None or current <= Version(high)):
+        return None
+    wanted = "transformers" + ",".join([*([f">={low}"] if low else []), *([f"<={high}"] if high else [])])
+    return (
+        f"{head}: its OpenVINO export needs {wanted}; in a separate environment pip install '{wanted}' "
+        f"optimum-intel=={optimum_intel}, {export}"
+    )
+
+
+def _version_text(version: Any) -> str | None:
+    """A version bound as text (optimum-intel stores str or ``packaging.version.Version``)."""
+    if version is None:
+        return None
+    return str(getattr(version, "base_version", version))
+
+
+def hf_model_type(hf_dir: Path) -> str | None:
+    """The ``model_type`` of a HF checkpoint dir's ``config.json`` (None when absent or unreadable)."""
+    import json
+
+    try:
+        value = json.loads((hf_dir / "config.json").read_text()).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) else None
+
+
 def export_to_openvino(hf_dir_or_id: str | Path, out_dir: str | Path, task: str = LLM_TASK) -> Path:
     """Export a HF model (local dir or hub id) with optimum-intel to an OpenVINO IR dir, fp32, no weight compression.
 

@@ -31,6 +31,8 @@ import nncf_hqq
 from nncf_hqq.hqq import SUPPORTED_MODES
 from nncf_hqq.llm import evaluation
 from nncf_hqq.llm import models
+from nncf_hqq.llm import sanity
+from nncf_hqq.openvino.graph import moe_gate_matmuls
 from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import HQQParameters
 from nncf_hqq.parameters import LowBitMode
@@ -77,6 +79,8 @@ class CompressionOptions:
     hqq: bool = True
     zero_point: str | None = None
     subset_size: int = 128
+    ignore: tuple[str, ...] = ()
+    quantize_routers: bool = False
 
     def hqq_params(self) -> HQQParameters | None:
         """``HQQ_DEFAULT`` with the requested zero-point format, or None (HQQ_DEFAULT itself / no HQQ)."""
@@ -84,9 +88,20 @@ class CompressionOptions:
             return None
         return dataclasses.replace(HQQ_DEFAULT, zero_point_format=ZERO_POINT_FORMATS[self.zero_point])
 
-    def nncf_kwargs(self, dataset: nncf.Dataset | None = None) -> dict[str, Any]:
+    def ignored_scope(self, model: ov.Model) -> nncf.IgnoredScope | None:
+        """The layers kept in float: ``ignore`` (regular expressions over layer names) and, unless
+        ``quantize_routers``, the MoE routers and scalar gates (``nncf_hqq.moe_gate_matmuls``)."""
+        names = [] if self.quantize_routers else moe_gate_matmuls(model)
+        if not names and not self.ignore:
+            return None
+        return nncf.IgnoredScope(names=names, patterns=list(self.ignore))
+
+    def nncf_kwargs(
+        self, dataset: nncf.Dataset | None = None, ignored_scope: nncf.IgnoredScope | None = None
+    ) -> dict[str, Any]:
         """Keyword arguments of ``nncf.compress_weights`` (with ``hqq``/``hqq_params``) for these options."""
         return {
+            "ignored_scope": ignored_scope,
             "mode": MODES[self.mode],
             "group_size": self.group_size,
             "ratio": self.ratio,
@@ -102,7 +117,7 @@ class CompressionOptions:
 
 def compress_model(model: ov.Model, options: CompressionOptions, dataset: nncf.Dataset | None = None) -> ov.Model:
     """``nncf.compress_weights`` (HQQ-aware, see ``nncf_hqq.compress_weights``) with the given options."""
-    return nncf_hqq.compress_weights(model, **options.nncf_kwargs(dataset))
+    return nncf_hqq.compress_weights(model, **options.nncf_kwargs(dataset, options.ignored_scope(model)))
 
 
 def read_model(model_xml: str | Path) -> ov.Model:
@@ -160,6 +175,9 @@ def source_model(model: str, log: Callable[[str], None] | None = None) -> Iterat
     if kind == "ir_dir":
         yield SourceModel(path / MODEL_XML, path)
         return
+    model_type = models.hf_model_type(path) if kind == "hf_dir" else None
+    if model_type is not None and (obstacle := models.export_obstacle(model_type)) is not None:
+        raise models.UnsupportedFamilyError(obstacle)
     with tempfile.TemporaryDirectory(prefix="nncf-hqq-export-") as tmp:
         if log is not None:
             log(f"Exporting {model} to OpenVINO IR (fp32) with optimum-intel")
@@ -167,7 +185,8 @@ def source_model(model: str, log: Callable[[str], None] | None = None) -> Iterat
             ir_dir = models.export_to_openvino(path if kind == "hf_dir" else model, Path(tmp) / "ov")
         except Exception as err:
             where = "the Hugging Face hub (is it reachable?)" if kind == "hub_id" else str(path)
-            msg = f"could not export {model} from {where}: {type(err).__name__}: {err}"
+            family = f" (model family {model_type!r})" if model_type else ""
+            msg = f"could not export {model}{family} from {where}: {type(err).__name__}: {err}"
             raise RuntimeError(msg) from err
         yield SourceModel(ir_dir / MODEL_XML, ir_dir)
 
@@ -229,11 +248,40 @@ def evaluate_against(
     n_windows: int,
     window: int = evaluation.WINDOW,
     reference_name: str = "fp",
+    warn: Callable[[str], None] | None = None,
 ) -> dict[str, evaluation.Metrics]:
-    """PPL, KL vs the reference and top-1 agreement on the first ``n_windows`` windows of the text."""
+    """PPL, KL vs the reference and top-1 agreement on the first ``n_windows`` windows of the text.
+
+    ``warn`` receives the findings of ``nncf_hqq.llm.sanity`` (text and tokenizer, then the reference perplexity).
+    """
     tokenizer = evaluation.load_tokenizer(tokenizer_dir)
-    windows = evaluation.wikitext_windows(tokenizer, text_path, n_windows, window=window)
-    return evaluation.evaluate_llms(reference, candidates, windows, reference_name=reference_name)
+    text = evaluation.read_text(text_path)
+    ids = evaluation.tokenize_text(tokenizer, text_path)
+    windows = evaluation.token_windows(ids, n_windows, window, str(text_path))
+    reference_llm = evaluation.StatefulLLM(reference)
+    findings = sanity.check_tokenized_text(text, ids, reference_llm, model_files_dir(reference), f"{text_path}")
+    results = evaluation.evaluate_llms(reference_llm, candidates, windows, reference_name=reference_name)
+    final = sanity.perplexity_warning(results[reference_name]["ppl"], "the reference's perplexity on the windows")
+    for finding in [*findings, *([final] if final else [])]:
+        if warn is not None:
+            warn(finding)
+    return results
+
+
+def check_calibration_text(model_xml: Path, files_dir: Path | None, tokenizer_dir: Path, text_path: Path) -> list[str]:
+    """``nncf_hqq.llm.sanity``'s checks of a calibration text, with the model to compress as the reference."""
+    tokenizer = evaluation.load_tokenizer(tokenizer_dir)
+    ids = evaluation.tokenize_text(tokenizer, text_path)
+    llm = evaluation.StatefulLLM(model_xml)
+    return sanity.check_tokenized_text(evaluation.read_text(text_path), ids, llm, files_dir, str(text_path))
+
+
+def model_files_dir(model: evaluation.ModelLike) -> Path | None:
+    """The directory of an IR given as a path (where its config.json is); None for in-memory models."""
+    if not isinstance(model, str | Path):
+        return None
+    path = Path(model)
+    return path.parent if path.suffix == ".xml" else path
 
 
 def format_table(

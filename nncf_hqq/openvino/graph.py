@@ -131,3 +131,39 @@ def attention_role(weight: ov.Node) -> AttentionRole | None:
             seen.add(key)
             frontier.append((consumer, depth + 1))
     return None
+
+
+#: How many operations after a MatMul a router's TopK (or a scalar gate's Sigmoid) may come.
+GATE_SEARCH_DEPTH = 4
+
+
+def _reaches(node: ov.Node, kinds: tuple[str, ...], depth: int) -> bool:
+    """Whether an operation of one of ``kinds`` follows ``node`` within ``depth`` steps, not through a MatMul."""
+    frontier = [node]
+    for _ in range(depth):
+        following = []
+        for current in frontier:
+            for output in current.outputs():
+                for target in output.get_target_inputs():
+                    consumer = target.get_node()
+                    if consumer.get_type_name() in kinds:
+                        return True
+                    if consumer.get_type_name() != "MatMul":
+                        following.append(consumer)
+        frontier = following
+    return False
+
+
+def moe_gate_matmuls(model: ov.Model) -> list[str]:
+    """Names of the MatMuls of a mixture-of-experts model that decide routing rather than compute: routers (a
+    MatMul with a constant weight whose output reaches a TopK before any other MatMul, e.g. ``mlp.gate``,
+    ``block_sparse_moe.gate``, ``router``) and per-token scalar gates (one output channel into a Sigmoid, e.g.
+    Qwen2-MoE's ``shared_expert_gate``). Usable as ``nncf.IgnoredScope(names=...)``; empty for a dense model."""
+    names = []
+    for op in model.get_ordered_ops():
+        if op.get_type_name() != "MatMul" or _skip_converts(op.input_value(1).get_node()).get_type_name() != "Constant":
+            continue
+        scalar = op.get_output_partial_shape(0)[-1].is_static and op.get_output_partial_shape(0)[-1].get_length() == 1
+        if _reaches(op, ("TopK",), GATE_SEARCH_DEPTH) or (scalar and _reaches(op, ("Sigmoid",), 1)):
+            names.append(op.get_friendly_name())
+    return names
