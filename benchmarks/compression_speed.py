@@ -367,7 +367,7 @@ def torch_cases(args: argparse.Namespace) -> list[Case]:
     checkpoint is cached) and the Qwen2.5-1.5B-shaped model with ``--torch-layers`` layers."""
     device = args.torch_device
     layers = 1 if args.quick else args.torch_layers
-    common = {"bits": 4, "repeats": 1, "rounds": 1, "device": device, "symmetric": False}
+    common = {"bits": 4, "repeats": 1, "rounds": args.torch_rounds, "device": device, "symmetric": False}
     stack = {**common, "kind": "torch_stack", "layers": layers, "group_size": 128}
     stack["group"] = f"PyTorch Qwen2.5-1.5B-shaped x{layers} layers ({device}), int4 g128"
     cases = [{**stack, "method": m, "label": f"compress_weights: {TORCH_METHODS[m]}"} for m in TORCH_METHODS]
@@ -520,6 +520,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--no-torch", action="store_true", help="skip the PyTorch rows")
     parser.add_argument("--torch-layers", type=int, default=4, help="layers of the Qwen-shaped PyTorch model")
     parser.add_argument("--torch-device", default="cpu", help="device of the PyTorch models (cpu, cuda)")
+    parser.add_argument("--torch-rounds", type=int, default=3, help="child processes per PyTorch case (best kept)")
     parser.add_argument("--only", help="run only the cases whose group or label contains this text")
     parser.add_argument("--methods", help=f"comma-separated methods to run (of {', '.join([*METHODS, 'hqq_lib'])})")
     parser.add_argument("--child", help=argparse.SUPPRESS)

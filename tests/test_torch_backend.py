@@ -101,6 +101,18 @@ def test_float_zero_point_decompressor_computes_codes_minus_zero_point_times_sca
         module.pack_weight(torch.tensor([16], dtype=torch.uint8))
 
 
+def test_u4_packing_gives_nncf_s_bytes() -> None:
+    from nncf_hqq._nncf import pack_uint4
+    from nncf_hqq.torch.decompression import pack_u4
+
+    codes = torch.randint(0, 16, (6, 3, 8), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    expected = pack_uint4(codes)
+    packed = torch.from_numpy(pack_u4(codes.numpy()))
+    module = FloatZeroPointDecompressor(torch.ones(6, 3, 1), torch.zeros(6, 3, 1), (6, 3, 8))
+    assert torch.equal(packed, expected) and torch.equal(module.pack_weight(codes), expected)
+    assert tuple(expected.shape) == (72, 1)
+
+
 def test_hqq_params_reach_the_solver() -> None:
     ids = input_ids()
     default = nncf.compress_weights(tiny_llama(), mode=MODE.INT4_ASYM, group_size=32, hqq=True, dataset=dataset(ids))

@@ -11,6 +11,7 @@ model keeps u4 codes and f16 constants.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from nncf_hqq._nncf import BaseWeightsDecompressor
@@ -66,15 +67,20 @@ class FloatZeroPointDecompressor(BaseWeightsDecompressor):
         return QuantizationScheme.ASYMMETRIC
 
     def pack_weight(self, weight: torch.Tensor) -> torch.Tensor:
-        """The stored form of unsigned integer codes: u4 packed two per byte (``[n / 2, 1]``), or u8 as they are."""
+        """The stored form of unsigned integer codes: u4 packed two per byte (``[n / 2, 1]``, the bytes of NNCF's
+        ``pack_uint4``), or u8 as they are. CPU codes are checked and packed in numpy (``pack_u4``), an order of
+        magnitude faster than the same torch operations on CPU."""
         if torch.is_floating_point(weight):
             msg = f"Codes must be integers, got dtype {weight.dtype}."
             raise ValueError(msg)
-        if torch.any((weight < 0) | (weight > 2**self.num_bits - 1)):
+        low, high = code_range(weight)
+        if low < 0 or high > 2**self.num_bits - 1:
             msg = f"Codes are not in [0, {2**self.num_bits - 1}]."
             raise ValueError(msg)
         codes = weight.type(dtype=torch.uint8)
-        return pack_uint4(codes) if self.num_bits == 4 else codes
+        if self.num_bits != 4:
+            return codes
+        return torch.from_numpy(pack_u4(codes.numpy())) if codes.device.type == "cpu" else pack_uint4(codes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         codes = unpack_uint4(x) if self.num_bits == 4 else x
@@ -83,6 +89,25 @@ class FloatZeroPointDecompressor(BaseWeightsDecompressor):
         if self.result_shape is not None:
             result = result.reshape(self.result_shape)
         return result.type(dtype=self.result_dtype) if self.result_dtype is not None else result
+
+
+def code_range(codes: torch.Tensor) -> tuple[int, int]:
+    """The smallest and largest code (0, 0 for none), read in numpy for CPU tensors."""
+    if codes.numel() == 0:
+        return 0, 0
+    if codes.device.type == "cpu":
+        values = codes.detach().numpy()
+        return int(values.min()), int(values.max())
+    low, high = torch.aminmax(codes)
+    return int(low), int(high)
+
+
+def pack_u4(codes: np.ndarray) -> np.ndarray:
+    """uint8 codes in [0, 15] packed two per byte, the first in the low nibble, as ``[n / 2, 1]`` uint8: the bytes and
+    shape of NNCF's ``pack_uint4`` (``n`` must be even)."""
+    flat = np.ascontiguousarray(codes, dtype=np.uint8).reshape(-1)
+    packed = (flat[0::2] & 0x0F) | (flat[1::2] << 4)
+    return packed.reshape(-1, 1)
 
 
 def decompressor_for(
