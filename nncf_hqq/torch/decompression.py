@@ -84,8 +84,9 @@ class FloatZeroPointDecompressor(BaseWeightsDecompressor):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         codes = unpack_uint4(x) if self.num_bits == 4 else x
-        codes = codes.reshape(self.compressed_weight_shape)
-        result = (codes.type(dtype=torch.float16) - self._zero_point) * self._scale
+        result = codes.reshape(self.compressed_weight_shape).type(dtype=torch.float16)
+        del codes  # the unpacked codes go before the arithmetic, which works in place on the f16 copy
+        result.sub_(self._zero_point).mul_(self._scale)
         if self.result_shape is not None:
             result = result.reshape(self.result_shape)
         return result.type(dtype=self.result_dtype) if self.result_dtype is not None else result
