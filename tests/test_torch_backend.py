@@ -75,6 +75,20 @@ def test_modes_write_their_decompressors_and_keep_the_model_close(
     assert relative_error(compressed, reference, ids) < (0.05 if mode in (MODE.INT8_ASYM, MODE.INT8_SYM) else 0.3)
 
 
+def test_bf16_weights_get_the_codes_of_their_float32_values() -> None:
+    """HQQ sees a bf16 weight as the float32 values it holds; the decompressor returns bf16."""
+    ids = input_ids()
+    model = tiny_llama().to(torch.bfloat16)
+    widened = copy.deepcopy(model).to(torch.float32)
+    options = {"mode": MODE.INT4_ASYM, "group_size": 32, "hqq": True, "dataset": dataset(ids)}
+    narrow, wide = nncf.compress_weights(model, **options), nncf.compress_weights(widened, **options)
+    ours, theirs = torch_compressed_tensors(narrow)[Q_PROJ], torch_compressed_tensors(wide)[Q_PROJ]
+    np.testing.assert_array_equal(ours["codes"], theirs["codes"])
+    np.testing.assert_array_equal(ours["scale"], theirs["scale"])
+    weight = hooks_by_parameter(narrow)[Q_PROJ](narrow.get_parameter(Q_PROJ))
+    assert weight.dtype == torch.bfloat16 and np.isfinite(logits(narrow, ids)).all()
+
+
 def test_state_dict_holds_packed_codes_and_f16_parameters() -> None:
     model, ids = tiny_llama(), input_ids()
     compressed = nncf.compress_weights(model, mode=MODE.INT4_ASYM, group_size=32, hqq=True, dataset=dataset(ids))

@@ -11,19 +11,19 @@ import numpy as np
 import openvino as ov
 import pytest
 
-pytest.importorskip("torch")
+torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-import nncf_hqq  # noqa: F401
-from nncf_hqq.llm import models
-from tests.torch_models import dataset
-from tests.torch_models import input_ids
-from tests.torch_models import logits
-from tests.torch_models import openvino_compressed_tensors
-from tests.torch_models import run_openvino
-from tests.torch_models import tiny_llama
-from tests.torch_models import to_openvino
-from tests.torch_models import torch_compressed_tensors
+import nncf_hqq  # noqa: E402, F401
+from nncf_hqq.llm import models  # noqa: E402
+from tests.torch_models import dataset  # noqa: E402
+from tests.torch_models import input_ids  # noqa: E402
+from tests.torch_models import logits  # noqa: E402
+from tests.torch_models import openvino_compressed_tensors  # noqa: E402
+from tests.torch_models import run_openvino  # noqa: E402
+from tests.torch_models import tiny_llama  # noqa: E402
+from tests.torch_models import to_openvino  # noqa: E402
+from tests.torch_models import torch_compressed_tensors  # noqa: E402
 
 MODE = nncf.CompressWeightsMode
 #: The constant names of a model converted through ``CausalLogits`` start with this before the parameter name.
@@ -47,14 +47,23 @@ def assert_same_compressed_tensors(torch_side: dict, ov_side: dict, hqq_names: s
         np.testing.assert_allclose(mine["scale"], theirs["scale"], rtol=1e-3, err_msg=name)
 
 
+@pytest.fixture(scope="module")
+def converted() -> tuple[torch.nn.Module, torch.Tensor, ov.Model]:
+    """The small Llama, its input, and its float OpenVINO conversion (converted once: TorchScript tracing is slow)."""
+    model, ids = tiny_llama(), input_ids()
+    return model, ids, to_openvino(model, ids)
+
+
 @pytest.mark.parametrize(
     "mode, group_size",
     [(MODE.INT4_ASYM, 32), (MODE.INT4_SYM, 32), (MODE.INT8_ASYM, -1)],
     ids=["int4_asym", "int4_sym", "int8_asym"],
 )
-def test_torch_and_openvino_paths_write_the_same_weights(mode: nncf.CompressWeightsMode, group_size: int) -> None:
-    model, ids = tiny_llama(), input_ids()
-    ov_model = nncf.compress_weights(to_openvino(model, ids), mode=mode, group_size=group_size, hqq=True)
+def test_torch_and_openvino_paths_write_the_same_weights(
+    converted: tuple[torch.nn.Module, torch.Tensor, ov.Model], mode: nncf.CompressWeightsMode, group_size: int
+) -> None:
+    model, ids, float_ov_model = converted
+    ov_model = nncf.compress_weights(float_ov_model.clone(), mode=mode, group_size=group_size, hqq=True)
     torch_model = nncf.compress_weights(
         copy.deepcopy(model), mode=mode, group_size=group_size, hqq=True, dataset=dataset(ids)
     )
@@ -72,10 +81,14 @@ def test_torch_and_openvino_paths_write_the_same_weights(mode: nncf.CompressWeig
     assert difference.max() < 2e-3 * np.abs(logits(model, ids)).max()
 
 
-def test_converted_torch_model_keeps_hqq_constants_and_matches_the_openvino_path() -> None:
-    model, ids = tiny_llama(seed=3), input_ids()
-    ov_path = nncf.compress_weights(to_openvino(model, ids), mode=MODE.INT4_ASYM, group_size=32, hqq=True)
-    torch_model = nncf.compress_weights(model, mode=MODE.INT4_ASYM, group_size=32, hqq=True, dataset=dataset(ids))
+def test_converted_torch_model_keeps_hqq_constants_and_matches_the_openvino_path(
+    converted: tuple[torch.nn.Module, torch.Tensor, ov.Model],
+) -> None:
+    model, ids, float_ov_model = converted
+    ov_path = nncf.compress_weights(float_ov_model.clone(), mode=MODE.INT4_ASYM, group_size=32, hqq=True)
+    torch_model = nncf.compress_weights(
+        copy.deepcopy(model), mode=MODE.INT4_ASYM, group_size=32, hqq=True, dataset=dataset(ids)
+    )
     exported = to_openvino(torch_model, ids)
 
     def constant_types(m: ov.Model) -> Counter:
