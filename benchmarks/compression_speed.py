@@ -1,4 +1,5 @@
-"""Compression time and peak memory: NNCF's RTN vs HQQ (fast path and reference) vs the ``hqq`` library.
+"""Compression time and peak memory: NNCF's RTN vs HQQ (fast path and reference) vs the ``hqq`` library, on
+OpenVINO models and on PyTorch models (NNCF's Torch backend: its RTN against ``hqq=True``).
 
 Every case runs in a fresh child process, so compiled-model caches and the peak RSS of one case never leak
 into another; the peak RSS is ``getrusage(RUSAGE_SELF).ru_maxrss`` of the child at its end. Each child
@@ -10,6 +11,8 @@ same configuration, measured in the same run.
     python benchmarks/compression_speed.py --quick          # smoke run (~1 min)
     python benchmarks/compression_speed.py --layers 4 --out results/speed_4_layers.json
     python benchmarks/compression_speed.py --methods rtn,hqq,hqq_proximal --no-hqq-lib   # without the slow rows
+    python benchmarks/compression_speed.py --only PyTorch --torch-layers 4    # the PyTorch rows only
+    python benchmarks/compression_speed.py --only PyTorch --torch-device cuda  # ... with the model on a GPU
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ METHODS = {
     "hqq_proximal_reference": "HQQ proximal only, reference",
 }
 HQQ_METHODS = ["rtn", "hqq", "hqq_proximal", "hqq_proximal_reference"]
+#: Methods of the PyTorch rows (NNCF's Torch backend).
+TORCH_METHODS = {"rtn": "NNCF RTN (Torch backend)", "hqq": "hqq=True (HQQ_DEFAULT, Torch backend)"}
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -102,6 +107,32 @@ def decoder_stack_model(layers: int, seed: int = 0) -> Any:
         up = linear(h, QWEN_INTERMEDIATE, QWEN_HIDDEN, f"l{i}.up")
         h = opset.add(h, linear(opset.multiply(gate, up), QWEN_HIDDEN, QWEN_INTERMEDIATE, f"l{i}.down"))
     return ov.Model([opset.result(h)], [x], f"qwen2.5_1.5b_decoder_{layers}_layers")
+
+
+def qwen_shaped_torch_model(layers: int, seed: int = 0) -> Any:
+    """A transformers Qwen2 model of Qwen2.5-1.5B's decoder shapes (``layers`` layers, a 1024-token vocabulary so
+    that the decoder MatMuls dominate), random weights in f32."""
+    import torch
+    from transformers import Qwen2Config
+    from transformers import Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(
+        vocab_size=1024,
+        hidden_size=QWEN_HIDDEN,
+        intermediate_size=QWEN_INTERMEDIATE,
+        num_hidden_layers=layers,
+        num_attention_heads=12,
+        num_key_value_heads=QWEN_KV // 128,
+        max_position_embeddings=512,
+    )
+    return Qwen2ForCausalLM(config).eval()
+
+
+def find_smollm_hf_dir() -> Path | None:
+    """The float SmolLM2-135M transformers checkpoint in the cache directory, if any."""
+    path = CACHE_DIR / "hf" / "SmolLM2-135M-Instruct"
+    return path if (path / "config.json").is_file() else None
 
 
 def find_smollm_ir() -> Path | None:
@@ -169,6 +200,40 @@ def model_operation(case: Case) -> tuple[Callable[[], Any], Callable[[], Any]]:
     return prepare, run
 
 
+def torch_model_operation(case: Case) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """(prepare, run) for a PyTorch ``nncf.compress_weights`` case (NNCF's Torch backend traces the model with
+    one 8-token input, for RTN as for HQQ; the timing includes that)."""
+    import nncf
+    import torch
+
+    import nncf_hqq  # noqa: F401  (teaches nncf.compress_weights hqq=)
+
+    state: dict[str, Any] = {}
+
+    def build() -> Any:
+        if case["kind"] == "torch_smollm":
+            from transformers import AutoModelForCausalLM
+
+            model = AutoModelForCausalLM.from_pretrained(case["path"], dtype=torch.float32).eval()
+        else:
+            model = qwen_shaped_torch_model(case["layers"])
+        return model.to(case.get("device", "cpu"))
+
+    options: dict[str, Any] = {"mode": compression_mode(case), "group_size": case["group_size"], "ratio": 1.0}
+    if case["method"] != "rtn":
+        options.update(hqq=True, hqq_params=hqq_parameters(case["method"]))
+
+    def prepare() -> None:
+        state["model"] = build()
+        ids = torch.arange(1, 9)[None].to(case.get("device", "cpu"))
+        options["dataset"] = nncf.Dataset([{"input_ids": ids}])
+
+    def run() -> None:
+        state["model"] = nncf.compress_weights(state.pop("model"), **options)
+
+    return prepare, run
+
+
 def weight_operation(case: Case) -> tuple[Callable[[], Any], Callable[[], Any]]:
     """(prepare, run) for a single-weight case: NNCF's compress function, ``HQQ.compress``, the bare solver
     or the ``hqq`` library."""
@@ -207,7 +272,12 @@ def weight_operation(case: Case) -> tuple[Callable[[], Any], Callable[[], Any]]:
 
 def run_child(case: Case) -> dict[str, Any]:
     """Builds the inputs, then times ``repeats`` calls; returns seconds and peak RSS (MiB)."""
-    prepare, run = model_operation(case) if case["kind"] in ("model", "stack", "smollm") else weight_operation(case)
+    if case["kind"].startswith("torch"):
+        prepare, run = torch_model_operation(case)
+    elif case["kind"] in ("model", "stack", "smollm"):
+        prepare, run = model_operation(case)
+    else:
+        prepare, run = weight_operation(case)
     times = []
     prepare()
     base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -229,6 +299,11 @@ def run_child(case: Case) -> dict[str, Any]:
 
 def hqq_library_available() -> bool:
     probe = "import hqq.core.quantize, torch; assert torch.__version__"
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True, check=False).returncode == 0
+
+
+def torch_available() -> bool:
+    probe = "import torch, transformers"
     return subprocess.run([sys.executable, "-c", probe], capture_output=True, check=False).returncode == 0
 
 
@@ -260,6 +335,8 @@ def build_cases(args: argparse.Namespace) -> list[Case]:
         if not args.no_hqq_lib and not symmetric:
             cases.append({**slow, "kind": "weight", "method": "hqq_lib", "label": "hqq library 0.2.8 (torch CPU)"})
     cases += stack_cases(args)
+    if not args.no_torch:
+        cases += torch_cases(args)
     smollm = find_smollm_ir()
     if smollm is not None and not args.quick:
         for symmetric in (False, True):
@@ -282,6 +359,25 @@ def stack_cases(args: argparse.Namespace) -> list[Case]:
         common = {"kind": "stack", "layers": count, "bits": 4, "group_size": 128, "repeats": 1, "rounds": 1}
         common["group"] = f"Qwen2.5-1.5B decoder MatMuls x{count} layers, int4 g128"
         cases += [{**common, "method": m, "label": f"compress_weights: {METHODS[m]}"} for m in methods]
+    return cases
+
+
+def torch_cases(args: argparse.Namespace) -> list[Case]:
+    """PyTorch models through NNCF's Torch backend, NNCF's RTN against ``hqq=True``: SmolLM2-135M (when its float
+    checkpoint is cached) and the Qwen2.5-1.5B-shaped model with ``--torch-layers`` layers."""
+    device = args.torch_device
+    layers = 1 if args.quick else args.torch_layers
+    common = {"bits": 4, "repeats": 1, "rounds": args.torch_rounds, "device": device, "symmetric": False}
+    stack = {**common, "kind": "torch_stack", "layers": layers, "group_size": 128}
+    stack["group"] = f"PyTorch Qwen2.5-1.5B-shaped x{layers} layers ({device}), int4 g128"
+    cases = [{**stack, "method": m, "label": f"compress_weights: {TORCH_METHODS[m]}"} for m in TORCH_METHODS]
+    hf_dir = find_smollm_hf_dir()
+    if hf_dir is not None and not args.quick:
+        for symmetric in (False, True):
+            mode = "int4_sym" if symmetric else "int4"
+            smollm = {**common, "kind": "torch_smollm", "path": str(hf_dir), "group_size": 64, "symmetric": symmetric}
+            smollm["group"] = f"PyTorch SmolLM2-135M ({device}), {mode} g64 (ratio 1)"
+            cases += [{**smollm, "method": m, "label": f"compress_weights: {TORCH_METHODS[m]}"} for m in TORCH_METHODS]
     return cases
 
 
@@ -386,7 +482,18 @@ def machine() -> dict[str, Any]:
         "nncf": nncf.__version__,
         "openvino": openvino.__version__,
         "numpy": numpy.__version__,
+        "torch": _version_of("torch"),
+        "transformers": _version_of("transformers"),
     }
+
+
+def _version_of(package: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def _cpu_name() -> str:
@@ -410,6 +517,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3, help="calls per single-weight case (first one is cold)")
     parser.add_argument("--rounds", type=int, default=3, help="child processes per fast single-weight case (best kept)")
     parser.add_argument("--no-hqq-lib", action="store_true", help="skip the hqq library rows")
+    parser.add_argument("--no-torch", action="store_true", help="skip the PyTorch rows")
+    parser.add_argument("--torch-layers", type=int, default=4, help="layers of the Qwen-shaped PyTorch model")
+    parser.add_argument("--torch-device", default="cpu", help="device of the PyTorch models (cpu, cuda)")
+    parser.add_argument("--torch-rounds", type=int, default=3, help="child processes per PyTorch case (best kept)")
     parser.add_argument("--only", help="run only the cases whose group or label contains this text")
     parser.add_argument("--methods", help=f"comma-separated methods to run (of {', '.join([*METHODS, 'hqq_lib'])})")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -427,6 +538,9 @@ def main(argv: list[str] | None = None) -> None:
         notes.append("hqq library not installed (pip install hqq): its rows are skipped")
     if find_smollm_ir() is None:
         notes.append(f"no SmolLM2-135M openvino_model.xml under {CACHE_DIR}: its rows are skipped")
+    if not args.no_torch and not torch_available():
+        args.no_torch = True
+        notes.append("torch/transformers not installed (pip install -e '.[llm]'): the PyTorch rows are skipped")
     cases = [c for c in build_cases(args) if not args.only or args.only in f"{c['group']} {c['label']}"]
     if args.methods:
         keep = {m.strip() for m in args.methods.split(",")}

@@ -10,18 +10,23 @@ The internal names used:
   (``WeightCompressionAlgoBackend``, ``OVWeightCompressionAlgoBackend``), the graph (``NNCFGraph``),
   ``process_stats`` and ``track``;
 - three call sites that are replaced for the duration of one ``compress_weights`` call: the ``WeightCompression``
-  class that NNCF's OpenVINO ``compress_weights`` instantiates, the ``track`` that names the progress bar of the
-  weight-compression step, and the OpenVINO backend's ``compress_weight`` (so that precomputed codes are written as
-  they are instead of being encoded again).
+  class that NNCF's OpenVINO (or Torch) ``compress_weights`` instantiates, the ``track`` that names the progress bar
+  of the weight-compression step, and the OpenVINO backend's ``compress_weight`` (so that precomputed codes are
+  written as they are instead of being encoded again);
+- NNCF's Torch backend (its weight-compression backend and encoder, the function hooks that hold decompressors, its
+  decompressor modules and packing, graph metatypes, model-graph helpers). These import torch, which the library
+  does not need otherwise, so they are imported on first use (``__getattr__`` below).
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import threading
 from collections.abc import Callable
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 from typing import Any
 
 import nncf
@@ -30,7 +35,11 @@ import nncf.quantization.algorithms.weight_compression.algorithm as _wc_algorith
 import nncf.quantization.algorithms.weight_compression.openvino_backend as _ov_backend
 import nncf.quantization.quantize_model as _quantize_model
 from nncf.common.graph import NNCFGraph
+from nncf.common.graph import NNCFNode
+from nncf.common.graph.transformations.commands import TargetType
+from nncf.common.graph.transformations.layout import TransformationLayout
 from nncf.common.logging.track_progress import track
+from nncf.common.quantization.structs import QuantizationScheme
 from nncf.quantization.algorithms.weight_compression.activation_stats import process_stats
 from nncf.quantization.algorithms.weight_compression.algorithm import WeightCompression
 from nncf.quantization.algorithms.weight_compression.backend import WeightCompressionAlgoBackend
@@ -40,23 +49,161 @@ from nncf.quantization.algorithms.weight_compression.openvino_backend import OVW
 from nncf.quantization.algorithms.weight_compression.parameters import CompressedWeight
 from nncf.tensor.functions.openvino_numeric import DTYPE_MAP as OV_DTYPE_MAP
 
+if TYPE_CHECKING:
+    from nncf.quantization.algorithms.weight_compression.torch_backend import PTWeightCompressionAlgoBackend
+    from nncf.quantization.algorithms.weight_compression.weight_lowering import compress_weight
+    from nncf.torch.function_hook.commands import PT2InsertionCommand
+    from nncf.torch.function_hook.hook_storage import HookStorage
+    from nncf.torch.function_hook.hook_storage import decode_hook_name
+    from nncf.torch.function_hook.model_transformer import PT2ModelTransformer
+    from nncf.torch.function_hook.nncf_graph.nncf_graph_builder import GraphModelWrapper
+    from nncf.torch.function_hook.wrapper import get_hook_storage
+    from nncf.torch.function_hook.wrapper import is_wrapped
+    from nncf.torch.function_hook.wrapper import wrap_model
+    from nncf.torch.graph.graph import PTTargetPoint
+    from nncf.torch.graph.operator_metatypes import MATMUL_METATYPES
+    from nncf.torch.graph.operator_metatypes import PTAddMetatype
+    from nncf.torch.graph.operator_metatypes import PTConstNoopMetatype
+    from nncf.torch.graph.operator_metatypes import PTDropoutMetatype
+    from nncf.torch.graph.operator_metatypes import PTGatherMetatype
+    from nncf.torch.graph.operator_metatypes import PTLayerNormMetatype
+    from nncf.torch.graph.operator_metatypes import PTMulMetatype
+    from nncf.torch.graph.operator_metatypes import PTNoopMetatype
+    from nncf.torch.graph.operator_metatypes import PTReshapeMetatype
+    from nncf.torch.graph.operator_metatypes import PTScaledDotProductAttentionMetatype
+    from nncf.torch.graph.operator_metatypes import PTSoftmaxMetatype
+    from nncf.torch.model_graph_manager import get_const_data
+    from nncf.torch.model_graph_manager import get_const_node
+    from nncf.torch.model_graph_manager import get_module_by_name
+    from nncf.torch.model_graph_manager import split_const_name
+    from nncf.torch.quantization.layers import BaseWeightsDecompressor
+    from nncf.torch.quantization.layers import INT4AsymmetricWeightsDecompressor
+    from nncf.torch.quantization.layers import INT4SymmetricWeightsDecompressor
+    from nncf.torch.quantization.layers import INT8AsymmetricWeightsDecompressor
+    from nncf.torch.quantization.layers import INT8SymmetricWeightsDecompressor
+    from nncf.torch.quantization.layers import SQMultiply
+    from nncf.torch.quantization.quantize_functions import pack_int4
+    from nncf.torch.quantization.quantize_functions import pack_uint4
+    from nncf.torch.quantization.quantize_functions import unpack_uint4
+
 __all__ = [
+    "MATMUL_METATYPES",
     "OV_DTYPE_MAP",
+    "BaseWeightsDecompressor",
     "CompressedWeight",
+    "GraphModelWrapper",
+    "HookStorage",
+    "INT4AsymmetricWeightsDecompressor",
+    "INT4SymmetricWeightsDecompressor",
+    "INT8AsymmetricWeightsDecompressor",
+    "INT8SymmetricWeightsDecompressor",
     "NNCFGraph",
+    "NNCFNode",
     "OVWeightCompressionAlgoBackend",
+    "PT2InsertionCommand",
+    "PT2ModelTransformer",
+    "PTAddMetatype",
+    "PTConstNoopMetatype",
+    "PTDropoutMetatype",
+    "PTGatherMetatype",
+    "PTLayerNormMetatype",
+    "PTMulMetatype",
+    "PTNoopMetatype",
+    "PTReshapeMetatype",
+    "PTScaledDotProductAttentionMetatype",
+    "PTSoftmaxMetatype",
+    "PTTargetPoint",
+    "PTWeightCompressionAlgoBackend",
+    "QuantizationScheme",
+    "SQMultiply",
+    "TargetType",
+    "TransformationLayout",
     "WeightCompression",
     "WeightCompressionAlgoBackend",
     "WeightCompressionConfig",
     "WeightCompressionParameters",
     "check_versions",
+    "compress_weight",
     "compress_weight_replaced",
+    "decode_hook_name",
+    "get_const_data",
+    "get_const_node",
+    "get_hook_storage",
+    "get_module_by_name",
+    "is_wrapped",
     "original_compress_weights",
+    "pack_int4",
+    "pack_uint4",
     "process_stats",
+    "split_const_name",
+    "torch_weight_compression_replaced",
     "track",
     "track_replaced",
+    "unpack_uint4",
     "weight_compression_replaced",
+    "wrap_model",
 ]
+
+#: NNCF's Torch internals by name and the module they come from, imported on first use (``__getattr__``).
+_TORCH_INTERNALS = {
+    "PTWeightCompressionAlgoBackend": "nncf.quantization.algorithms.weight_compression.torch_backend",
+    "compress_weight": "nncf.quantization.algorithms.weight_compression.weight_lowering",
+    "PT2InsertionCommand": "nncf.torch.function_hook.commands",
+    "HookStorage": "nncf.torch.function_hook.hook_storage",
+    "decode_hook_name": "nncf.torch.function_hook.hook_storage",
+    "PT2ModelTransformer": "nncf.torch.function_hook.model_transformer",
+    "GraphModelWrapper": "nncf.torch.function_hook.nncf_graph.nncf_graph_builder",
+    "get_hook_storage": "nncf.torch.function_hook.wrapper",
+    "wrap_model": "nncf.torch.function_hook.wrapper",
+    "is_wrapped": "nncf.torch.function_hook.wrapper",
+    "PTTargetPoint": "nncf.torch.graph.graph",
+    **{
+        name: "nncf.torch.graph.operator_metatypes"
+        for name in (
+            "MATMUL_METATYPES",
+            "PTAddMetatype",
+            "PTConstNoopMetatype",
+            "PTDropoutMetatype",
+            "PTGatherMetatype",
+            "PTLayerNormMetatype",
+            "PTMulMetatype",
+            "PTNoopMetatype",
+            "PTReshapeMetatype",
+            "PTScaledDotProductAttentionMetatype",
+            "PTSoftmaxMetatype",
+        )
+    },
+    **{
+        name: "nncf.torch.model_graph_manager"
+        for name in ("get_const_data", "get_const_node", "get_module_by_name", "split_const_name")
+    },
+    **{
+        name: "nncf.torch.quantization.layers"
+        for name in (
+            "BaseWeightsDecompressor",
+            "INT4AsymmetricWeightsDecompressor",
+            "INT4SymmetricWeightsDecompressor",
+            "INT8AsymmetricWeightsDecompressor",
+            "INT8SymmetricWeightsDecompressor",
+            "SQMultiply",
+        )
+    },
+    **{name: "nncf.torch.quantization.quantize_functions" for name in ("pack_int4", "pack_uint4", "unpack_uint4")},
+}
+#: The module whose ``WeightCompression`` NNCF's Torch ``compress_weights`` instantiates.
+_TORCH_QUANTIZE_MODEL = "nncf.torch.function_hook.quantization.quantize_model"
+
+
+def __getattr__(name: str) -> Any:
+    """NNCF's Torch internals (``_TORCH_INTERNALS``), imported when first asked for: they import torch."""
+    module = _TORCH_INTERNALS.get(name)
+    if module is None:
+        msg = f"module {__name__!r} has no attribute {name!r}"
+        raise AttributeError(msg)
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 #: NNCF and OpenVINO releases this package is tested against (OpenVINO by release prefix).
 TESTED_NNCF_VERSIONS = ("3.4.0",)
@@ -102,6 +249,14 @@ def weight_compression_replaced(factory: Callable[..., WeightCompression]) -> co
     """Within the context, NNCF's OpenVINO ``compress_weights`` builds its algorithm with ``factory`` (called with
     the arguments it would pass to ``WeightCompression``)."""
     return _replaced(_ov_quantize_model, "WeightCompression", factory)
+
+
+def torch_weight_compression_replaced(
+    factory: Callable[..., WeightCompression],
+) -> contextlib.AbstractContextManager[None]:
+    """Within the context, NNCF's Torch ``compress_weights`` builds its algorithm with ``factory`` (called with the
+    arguments it would pass to ``WeightCompression``). Imports NNCF's Torch backend, hence torch."""
+    return _replaced(importlib.import_module(_TORCH_QUANTIZE_MODEL), "WeightCompression", factory)
 
 
 def track_replaced(replacement: Callable[..., Any]) -> contextlib.AbstractContextManager[None]:

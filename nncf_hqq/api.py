@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
+from collections.abc import Sequence
 from typing import Any
 from typing import TypeVar
 
@@ -27,6 +29,15 @@ from nncf_hqq.parameters import LowBitMode
 from nncf_hqq.parameters import ZeroPointFormat
 
 TModel = TypeVar("TModel")
+
+#: The modes HQQ writes on PyTorch models: NNCF's Torch backend has decompressors for 4- and 8-bit codes.
+TORCH_MODES = (
+    CompressWeightsMode.INT4_ASYM,
+    CompressWeightsMode.INT4_SYM,
+    CompressWeightsMode.INT8_ASYM,
+    CompressWeightsMode.INT8_SYM,
+)
+TORCH_MODE_NAMES = ", ".join(mode.name for mode in TORCH_MODES)
 
 
 @dataclasses.dataclass
@@ -56,18 +67,26 @@ def compress_weights(
     advanced_parameters: NNCFAdvancedCompressionParameters | None = None,
     hqq: bool | None = None,
     hqq_params: HQQParameters | dict[str, Any] | None = None,
+    target_parameters: Sequence[str] | None = None,
 ) -> TModel:
     """``nncf.compress_weights`` with Half-Quadratic Quantization.
 
     All NNCF parameters mean what they mean in ``nncf.compress_weights``; with ``hqq`` falsy the call is
-    NNCF's own, unchanged. With ``hqq=True`` (OpenVINO models; modes INT4_ASYM, INT8_ASYM, INT4_SYM, INT8_SYM,
-    INT3_SYM, INT2_SYM, and ``nncf_hqq.LowBitMode.INT3_ASYM`` / ``INT2_ASYM``) HQQ decides the scales and zero
-    points of the layers compressed in ``mode``; layers in the backup precision keep NNCF's round-to-nearest.
+    NNCF's own, unchanged. With ``hqq=True`` HQQ decides the scales and zero points of the layers compressed in
+    ``mode``; layers in the backup precision keep NNCF's round-to-nearest. OpenVINO models: modes INT4_ASYM,
+    INT8_ASYM, INT4_SYM, INT8_SYM, INT3_SYM, INT2_SYM, and ``nncf_hqq.LowBitMode.INT3_ASYM`` / ``INT2_ASYM``.
+    PyTorch models (``torch.nn.Module``, through NNCF's Torch backend, which needs ``dataset`` to trace the
+    model): INT4_ASYM, INT8_ASYM, INT4_SYM, INT8_SYM; a transformers model can then be saved with
+    ``save_pretrained`` and loaded back after ``import nncf_hqq.torch`` (``nncf_hqq.torch.checkpoint``).
 
     :param hqq: whether to use HQQ.
     :param hqq_params: HQQ's hyper-parameters: an ``HQQParameters``, or a dict of fields to change in the
         recommended configuration (``HQQParameters()``). They can also be given as
         ``nncf_hqq.AdvancedCompressionParameters(hqq_params=...)``. Defaults to ``HQQParameters()``.
+    :param target_parameters: (PyTorch models) glob patterns of parameter names that HQQ compresses in ``mode``
+        besides the weights NNCF finds, e.g. the 3D expert tensors of MoE layers, which NNCF leaves in float.
+        Defaults to transformers' expert tensors (``nncf_hqq.torch.DEFAULT_TARGET_PARAMETERS``); ``()`` targets
+        none. A given pattern that matches no parameter is an error.
     :return: the model with compressed weights.
     """
     nncf_arguments = {
@@ -89,22 +108,36 @@ def compress_weights(
     }
     low_bit = low_bit_mode(mode)
     if not hqq:
-        if hqq_params is not None:
-            msg = "hqq_params was given but hqq is not enabled; pass hqq=True to use HQQ."
-            raise nncf.ValidationError(msg)
+        for name, value in (("hqq_params", hqq_params), ("target_parameters", target_parameters)):
+            if value is not None:
+                msg = f"{name} was given but hqq is not enabled; pass hqq=True to use HQQ."
+                raise nncf.ValidationError(msg)
         if low_bit is not None:
             msg = f"mode={low_bit.name} is written by HQQ only (NNCF has no such mode); pass hqq=True."
             raise nncf.ValidationError(msg)
         return original_compress_weights(model, **nncf_arguments)
     params = resolve_hqq_parameters(hqq_params, advanced_parameters)
+    torch_model = is_torch_model(model)
     if low_bit is not None:
-        validate_low_bit_request(low_bit, params, nncf_arguments)
+        validate_low_bit_request(low_bit, params, nncf_arguments, torch_model)
         nncf_arguments["mode"] = mode = CompressWeightsMode.INT4_ASYM
     validate_hqq_request(model, mode, gptq, compression_format)
+    validate_target_parameters(target_parameters, torch_model)
     subset_size = (advanced_parameters or NNCFAdvancedCompressionParameters()).scale_estimation_params.subset_size
     hqq_algorithm = HQQ(params, mode, low_bit.num_bits if low_bit is not None else None, subset_size)
-    with weight_compression_with_hqq(hqq_algorithm):
-        return original_compress_weights(model, **nncf_arguments)
+    with weight_compression_with_hqq(hqq_algorithm, torch_model, target_parameters):
+        compressed = original_compress_weights(model, **nncf_arguments)
+    if torch_model:
+        from nncf_hqq.torch import describe_compressed_model  # imports torch
+
+        describe_compressed_model(compressed)
+    return compressed
+
+
+def is_torch_model(model: object) -> bool:
+    """Whether ``model`` is a ``torch.nn.Module`` (without importing torch: one cannot exist before it is)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(model, torch.nn.Module)
 
 
 def low_bit_mode(mode: object) -> LowBitMode | None:
@@ -119,9 +152,15 @@ def low_bit_mode(mode: object) -> LowBitMode | None:
     return None
 
 
-def validate_low_bit_request(low_bit: LowBitMode, params: HQQParameters, nncf_arguments: dict[str, Any]) -> None:
+def validate_low_bit_request(
+    low_bit: LowBitMode, params: HQQParameters, nncf_arguments: dict[str, Any], torch_model: bool = False
+) -> None:
     """What a ``LowBitMode`` cannot be combined with: NNCF's data-aware steps work on the 4-bit grid of the
-    INT4_ASYM plan, and OpenVINO CPU fails on integer u2 zero points."""
+    INT4_ASYM plan, OpenVINO CPU fails on integer u2 zero points, and the Torch backend stores 4- and 8-bit codes
+    only."""
+    if torch_model:
+        msg = f"mode={low_bit.name} is written for OpenVINO models only; PyTorch models take {TORCH_MODE_NAMES}."
+        raise nncf.ValidationError(msg)
     data_aware = [name for name in ("awq", "scale_estimation", "gptq", "lora_correction") if nncf_arguments[name]]
     if data_aware:
         msg = (
@@ -161,11 +200,12 @@ def validate_hqq_request(
     model: object, mode: CompressWeightsMode, gptq: bool | None, compression_format: CompressionFormat
 ) -> None:
     """Rejects what HQQ cannot do yet, before anything touches the model."""
-    if not isinstance(model, ov.Model):
+    torch_model = is_torch_model(model)
+    if not isinstance(model, ov.Model) and not torch_model:
         msg = (
-            f"HQQ weight compression supports the OpenVINO backend only (an openvino.Model); got a "
-            f"{type(model).__module__}.{type(model).__name__}. Convert the model with openvino.convert_model "
-            "or export it with optimum-intel first."
+            f"HQQ weight compression supports OpenVINO models (openvino.Model) and PyTorch models "
+            f"(torch.nn.Module); got a {type(model).__module__}.{type(model).__name__}. Convert the model with "
+            "openvino.convert_model or export it with optimum-intel first."
         )
         raise nncf.UnsupportedBackendError(msg)
     check_versions()
@@ -173,9 +213,30 @@ def validate_hqq_request(
     if mode not in SUPPORTED_MODES:
         msg = f"HQQ supports the modes {supported}; got mode={getattr(mode, 'name', mode)}."
         raise nncf.ValidationError(msg)
+    if torch_model and mode not in TORCH_MODES:
+        msg = (
+            f"HQQ supports the modes {TORCH_MODE_NAMES} on PyTorch models (NNCF's Torch backend stores 4- and 8-bit "
+            f"codes); got mode={mode.name}. Compress an OpenVINO model for {mode.name}."
+        )
+        raise nncf.ValidationError(msg)
     if gptq:
         msg = "HQQ cannot be combined with GPTQ (gptq=True); use hqq=True with AWQ/Scale Estimation, or GPTQ alone."
         raise nncf.ValidationError(msg)
     if compression_format != CompressionFormat.DQ:
         msg = f"HQQ writes the DQ compression format only; got compression_format={compression_format}."
+        raise nncf.ValidationError(msg)
+
+
+def validate_target_parameters(target_parameters: Sequence[str] | None, torch_model: bool) -> None:
+    """``target_parameters`` is for PyTorch models, a sequence of glob patterns (not a single string)."""
+    if target_parameters is None:
+        return
+    if not torch_model:
+        msg = (
+            "target_parameters applies to PyTorch models only; on an OpenVINO model NNCF finds every MatMul weight, "
+            "3D MoE expert weights included."
+        )
+        raise nncf.ValidationError(msg)
+    if isinstance(target_parameters, str) or not all(isinstance(p, str) for p in target_parameters):
+        msg = f"target_parameters must be a sequence of glob patterns (strings), got {target_parameters!r}."
         raise nncf.ValidationError(msg)

@@ -62,6 +62,8 @@ SUPPORTED_MODES = ASYMMETRIC_MODES + SYMMETRIC_MODES
 #: bits the quantization noise it scales up with the signal is as large as the signal, and on a random test model
 #: it made the outputs worse, so 2-bit codes keep the refined scale (docs/research-log.md).
 UNIT_GAIN_MIN_BITS = 3
+#: Added to every input importance, relative to their mean, so that no group has a total weight of zero.
+IMPORTANCE_FLOOR = 1e-4
 
 
 def reduction_axes_tuple(reduction_axes: int | tuple[int, ...], ndim: int) -> tuple[int, ...]:
@@ -89,11 +91,26 @@ def merge_reduction_axes(weight: Tensor, axes: tuple[int, ...]) -> tuple[Tensor,
 
 
 def as_float32_numpy(weight: Tensor) -> Tensor:
-    """OpenVINO tensors (also bf16/f16 ones) become float32 numpy tensors; others are cast. A float32 tensor is
-    returned as it is (no weight-sized copy: nothing downstream writes into it)."""
+    """The weight as a float32 numpy tensor, whatever its backend: HQQ's maths and compiled kernels run on numpy.
+    OpenVINO tensors (also bf16/f16 ones) are converted, torch tensors (any dtype, any device) cast to float32 and
+    copied to the host. A float32 numpy tensor, or a float32 CPU torch tensor, is not copied (nothing downstream
+    writes into it)."""
     if weight.backend == TensorBackend.ov:
         weight = weight.as_numpy_tensor()
+    elif weight.backend != TensorBackend.numpy:
+        weight = weight.astype(TensorDataType.float32).as_numpy_tensor()
     return weight if weight.dtype == TensorDataType.float32 else weight.astype(TensorDataType.float32)
+
+
+def norm_input_energy(gamma: np.ndarray, beta: np.ndarray | None) -> np.ndarray | None:
+    """Expected energy ``gamma^2 + beta^2`` of each input channel of a MatMul fed by a normalisation
+    ``x_hat * gamma (+ beta)`` (``x_hat`` of zero mean and unit mean square per token), floored by
+    ``IMPORTANCE_FLOOR`` times its mean; None when it is not finite. The backends find ``gamma`` and ``beta`` in
+    their graphs; this is the input importance ``Importance.NORM_GAIN`` weights HQQ's objectives with."""
+    energy = gamma.astype(np.float64) ** 2 + (0.0 if beta is None else beta.astype(np.float64) ** 2)
+    if not np.isfinite(energy).all():
+        return None
+    return (energy + IMPORTANCE_FLOOR * energy.mean()).astype(np.float32)
 
 
 def importance_along_groups(
@@ -285,7 +302,7 @@ class HQQ:
         to_canonical, from_canonical = group_layout_moves(config.group_size, axis)
         inverse_scale = 1.0 / to_canonical(base.scale)
         zero = to_canonical(base.zero_point.astype(TensorDataType.float32))
-        inputs = activations.astype(TensorDataType.float32)
+        inputs = as_float32_numpy(activations)
         grouped_inputs = inputs.reshape((*inputs.shape[:-2], -1, group_size, inputs.shape[-1]))
         inverse_scale = refine_scale_on_activations(
             canonical,
@@ -432,6 +449,11 @@ class HQQAlgoBackend(WeightCompressionAlgoBackend):
     """What ``HQQ`` needs from a model backend beyond NNCF's weight-compression backend (whose ``get_weight``,
     ``get_weight_shape`` and ``get_activation_channel_axis_and_shape`` it uses too)."""
 
+    def prepare(self, model: Any, graph: NNCFGraph, all_weight_params: list[WeightCompressionParameters]) -> None:
+        """Called once before HQQ reads the model and before anything changes it: a backend may keep the graph and
+        check what it will write, raising ``nncf.ValidationError`` while the model is still untouched. Does
+        nothing by default."""
+
     @abstractmethod
     def input_importance(self, wp: WeightCompressionParameters, channels: int) -> np.ndarray | None:
         """Data-free energy of each of the ``channels`` input channels of the weight's MatMul, or None."""
@@ -442,8 +464,11 @@ class HQQAlgoBackend(WeightCompressionAlgoBackend):
 
 
 def as_numpy(weight: Tensor) -> np.ndarray:
-    """The weight's values as a numpy array (OpenVINO tensors, also bf16/f16 ones, converted)."""
-    return weight.data if weight.backend == TensorBackend.numpy else weight.as_numpy_tensor().data
+    """The weight's values as a numpy array (OpenVINO tensors, also bf16/f16 ones, converted; torch tensors as
+    float32 on the host)."""
+    if weight.backend == TensorBackend.numpy:
+        return weight.data
+    return weight.as_numpy_tensor().data if weight.backend == TensorBackend.ov else as_float32_numpy(weight).data
 
 
 def all_finite(data: np.ndarray) -> bool:

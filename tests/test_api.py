@@ -370,15 +370,18 @@ def test_params_given_twice_is_an_error() -> None:
         )
 
 
-def test_non_openvino_model_is_unsupported_backend() -> None:
-    with pytest.raises(nncf.UnsupportedBackendError, match=r"OpenVINO backend only.*numpy\.ndarray"):
+def test_other_models_are_an_unsupported_backend() -> None:
+    with pytest.raises(nncf.UnsupportedBackendError, match=r"OpenVINO models .* PyTorch models .*numpy\.ndarray"):
         nncf.compress_weights(np.zeros((8, 8), np.float32), mode=INT4, hqq=True)
 
 
-def test_torch_model_is_unsupported_backend() -> None:
+def test_torch_model_without_dataset_is_refused_by_nncf() -> None:
+    """NNCF traces a PyTorch model with the dataset's first element; without one, NNCF refuses before any change."""
     torch = pytest.importorskip("torch")
-    with pytest.raises(nncf.UnsupportedBackendError, match=r"OpenVINO backend only.*torch\.nn"):
-        nncf.compress_weights(torch.nn.Linear(8, 8), mode=INT4, hqq=True)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64))
+    with pytest.raises(nncf.ValidationError, match="dataset"):
+        nncf.compress_weights(model, mode=INT4, group_size=32, hqq=True)
+    assert model[0].weight.dtype == torch.float32
 
 
 def test_untested_nncf_version_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:

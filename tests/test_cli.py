@@ -90,6 +90,8 @@ def compressed_dir(tiny_llm: tuple[Path, Any], tmp_path_factory: pytest.TempPath
         (["compress", "m", "out", "--mode", "int2_asym", "--no-hqq"], "float-zero-point; drop --no-hqq"),
         (["compress", "m", "out", "--mode", "int3_asym", "--zero-point", "int"], "drop --zero-point int"),
         (["compress", "m", "out", "--awq", "--dataset", "missing.txt"], "--dataset missing.txt is not a file"),
+        (["compress", "m", "out", "--backend", "torch", "--mode", "int3_sym"], "int3_sym needs openvino"),
+        (["compress", "m", "out", "--backend", "pytorch"], "invalid choice: 'pytorch'"),
         (["compress", "m"], "the following arguments are required: OUT"),
         (["evaluate", "--reference", "ref"], "the following arguments are required: MODEL"),
         (["evaluate", "a", "--reference", "missing"], "--reference 'missing' is not an OpenVINO IR"),
@@ -238,6 +240,40 @@ def test_compress_hf_dir_with_calibration_data(
     assert ov.Type.f16 in zero_point_types(out_dir)
     assert (out_dir / "tokenizer.json").is_file() and (out_dir / "config.json").is_file()
     generate(out_dir, tiny_llm[1])
+
+
+def test_compress_backend_torch_writes_a_transformers_checkpoint_that_loads_compressed(
+    hf_dir: Path,
+    tiny_llm: tuple[Path, Any],  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    torch = pytest.importorskip("torch")
+    from transformers import AutoModelForCausalLM
+
+    import nncf_hqq.torch  # noqa: F401 (registers the nncf_hqq checkpoint format)
+
+    out_dir = tmp_path / "torch"
+    code, out, err = run_cli(["compress", hf_dir, out_dir, "--group-size", "64", "--backend", "torch"], capsys)
+    assert code == 0, err
+    assert "transformers checkpoint" in out and "HQQ (default zero point)" in out
+    config = json.loads((out_dir / "config.json").read_text())
+    assert config["quantization_config"]["quant_method"] == "nncf_hqq"
+    assert (out_dir / "tokenizer.json").is_file() and (out_dir / workflows.RECORD_NAME).is_file()
+    model = AutoModelForCausalLM.from_pretrained(out_dir)
+    codes = [p for n, p in model.named_parameters() if n.endswith("q_proj.weight")]
+    assert codes and all(p.dtype == torch.uint8 for p in codes)
+    generated = model.generate(input_ids=torch.tensor([[1, 5, 9, 13]]), max_new_tokens=3, do_sample=False)
+    assert generated.shape[1] == 4 + 3
+
+
+def test_compress_backend_torch_refuses_an_openvino_ir(
+    tiny_llm: tuple[Path, Any],  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, _, err = run_cli(["compress", tiny_llm[0], tmp_path / "out", "--backend", "torch"], capsys)
+    assert code == 2 and "is an OpenVINO IR" in err
 
 
 # --------------------------------------------------------------------------------------------------------------------

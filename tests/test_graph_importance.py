@@ -8,7 +8,7 @@ import openvino as ov
 import pytest
 
 import nncf_hqq  # noqa: F401
-from nncf_hqq.openvino.graph import IMPORTANCE_FLOOR
+from nncf_hqq.hqq import IMPORTANCE_FLOOR
 from nncf_hqq.openvino.graph import norm_gain
 from nncf_hqq.openvino.graph import norm_gain_importance
 from nncf_hqq.parameters import HQQ_REFERENCE

@@ -2,6 +2,7 @@
 
     nncf-hqq compress MODEL OUT [--mode MODE] [--group-size N] [--ratio R] [--awq]
                       [--scale-estimation --dataset TEXT_FILE] [--zero-point float|int] [--no-hqq]
+                      [--backend auto|openvino|torch]
     nncf-hqq evaluate MODEL... --reference FP_MODEL [--text FILE] [--windows N] [--json OUT.json] [--png OUT.png]
     nncf-hqq demo [--windows N] [--cache DIR] [--out DIR]
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import logging
 import sys
 import time
@@ -64,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="HQQ weight compression for OpenVINO LLMs with NNCF.")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     help_texts = {
-        "compress": "compress a HF model or an OpenVINO IR into a dir that optimum-intel loads",
+        "compress": "compress a HF model or an OpenVINO IR into a dir that optimum-intel (or, --backend torch, "
+        "transformers) loads",
         "evaluate": "perplexity, KL and top-1 agreement of OpenVINO LLMs against a reference",
         "demo": "RTN vs HQQ vs data-free AWQ (+HQQ) on SmolLM2-135M-Instruct, INT4_ASYM g64",
     }
@@ -104,6 +107,13 @@ def _add_compress_arguments(p: argparse.ArgumentParser) -> None:
         "--quantize-routers",
         action="store_true",
         help="compress MoE routers and scalar gates too (default: kept in float, docs/moe.md)",
+    )
+    p.add_argument(
+        "--backend",
+        choices=workflows.BACKENDS,
+        default="auto",
+        help="openvino: write an OpenVINO IR (a HF model is exported first); torch: compress a HF model in PyTorch "
+        "and write a transformers checkpoint; auto (default): openvino",
     )
 
 
@@ -221,6 +231,8 @@ def check_compress_arguments(args: argparse.Namespace) -> None:
         }
         if given := [flag for flag, used in low_bit_conflicts.items() if used]:
             raise UsageError(f"{args.mode} is HQQ-only, data-free and float-zero-point; drop {', '.join(given)}")
+    if args.backend == "torch" and args.mode not in workflows.TORCH_MODES:
+        raise UsageError(f"--backend torch compresses {', '.join(workflows.TORCH_MODES)}; {args.mode} needs openvino")
     if args.mode in workflows.INT8_MODES:
         per_channel_only = {
             "--group-size": args.group_size not in (None, -1),
@@ -253,10 +265,12 @@ def compression_options(args: argparse.Namespace) -> CompressionOptions:
 def run_compress(args: argparse.Namespace) -> int:
     check_compress_arguments(args)
     try:
-        workflows.model_kind(args.model)
+        backend = workflows.backend_for(args.model, args.backend)
     except ValueError as err:
         raise UsageError(str(err)) from None
     options = compression_options(args)
+    if backend == "torch":
+        return run_compress_torch(args, options)
     start = time.perf_counter()
     with workflows.source_model(args.model, log=_info) as source:
         if args.out.resolve() == source.xml.parent.resolve():
@@ -278,6 +292,33 @@ def run_compress(args: argparse.Namespace) -> int:
     else:
         _out("No config/tokenizer files beside the source IR: add them to OUT before loading it with optimum-intel")
     _out(f"Total: {time.perf_counter() - start:.1f} s (compression {compress_seconds:.1f} s)")
+    return 0
+
+
+def run_compress_torch(args: argparse.Namespace, options: CompressionOptions) -> int:
+    """``compress --backend torch``: a HF model compressed in PyTorch, written as a transformers checkpoint."""
+    start = time.perf_counter()
+    source = Path(args.model).expanduser()
+    if source.is_dir() and args.out.resolve() == source.resolve():
+        raise UsageError("OUT must differ from the directory of the source model (its weights are read from there)")
+    dataset = None
+    if args.dataset is not None:
+        tokenizer_dir = args.tokenizer or (source if source.is_dir() else None)
+        if tokenizer_dir is None:
+            raise UsageError("--dataset needs the model's tokenizer: pass --tokenizer DIR")
+        _info(f"Calibration data: {args.subset_size} random 256-token windows of {args.dataset}")
+        dataset = workflows.torch_calibration_dataset(tokenizer_dir, args.dataset, args.subset_size)
+    _info(f"Compressing {args.model} in PyTorch ({_describe_options(options, dataset is not None)})")
+    compress_start = time.perf_counter()
+    copied = workflows.compress_hf_checkpoint(args.model, args.out, options, dataset)
+    compress_seconds = time.perf_counter() - compress_start
+    record = _compress_record(args, options, compress_seconds)
+    (args.out / workflows.RECORD_NAME).write_text(json.dumps(record, indent=2, default=str) + "\n")
+    _out(f"Wrote a transformers checkpoint to {args.out} ({_describe_options(options, dataset is not None)})")
+    _out("Load it with: import nncf_hqq.torch; transformers.AutoModelForCausalLM.from_pretrained(OUT)")
+    if copied:
+        _out(f"Copied from the source: {', '.join(copied)}")
+    _out(f"Total: {time.perf_counter() - start:.1f} s (load, compression and saving {compress_seconds:.1f} s)")
     return 0
 
 

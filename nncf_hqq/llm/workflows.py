@@ -45,6 +45,8 @@ MODES: dict[str, CompressWeightsMode | LowBitMode] = {
     **{mode.value: mode for mode in LowBitMode},
 }
 INT8_MODES = ("int8_asym", "int8_sym")
+#: The modes ``--backend torch`` compresses (``nncf_hqq.api.TORCH_MODES``).
+TORCH_MODES = ("int4_asym", "int4_sym", "int8_asym", "int8_sym")
 LOW_BIT_MODES = tuple(mode.value for mode in LowBitMode)
 BACKUP_MODES: dict[str, BackupMode] = {
     "int8_asym": BackupMode.INT8_ASYM,
@@ -115,9 +117,73 @@ class CompressionOptions:
         }
 
 
-def compress_model(model: ov.Model, options: CompressionOptions, dataset: nncf.Dataset | None = None) -> ov.Model:
-    """``nncf.compress_weights`` (HQQ-aware, see ``nncf_hqq.compress_weights``) with the given options."""
-    return nncf_hqq.compress_weights(model, **options.nncf_kwargs(dataset, options.ignored_scope(model)))
+def compress_model(model: Any, options: CompressionOptions, dataset: nncf.Dataset | None = None) -> Any:
+    """``nncf.compress_weights`` (HQQ-aware, see ``nncf_hqq.compress_weights``) with the given options, on an
+    ``ov.Model`` or a PyTorch model (which needs ``dataset``). MoE routers are found, and kept in float, in an
+    ``ov.Model`` only."""
+    if isinstance(model, ov.Model):
+        ignored = options.ignored_scope(model)
+    else:
+        ignored = nncf.IgnoredScope(patterns=list(options.ignore)) if options.ignore else None
+    return nncf_hqq.compress_weights(model, **options.nncf_kwargs(dataset, ignored))
+
+
+#: ``--backend`` choices. ``auto`` and ``openvino``: an OpenVINO IR is compressed as it is, a HF model is exported to
+#: an IR first; ``torch``: a HF model is compressed in PyTorch and written as a transformers checkpoint.
+BACKENDS = ("auto", "openvino", "torch")
+#: Files of a HF model dir that ``save_pretrained`` writes itself (the rest, e.g. the tokenizer, is copied).
+_CHECKPOINT_FILE = re.compile(r"(config\.json|generation_config\.json|.*\.safetensors|.*\.bin|.*\.index\.json)")
+
+
+def backend_for(model: str, backend: str) -> str:
+    """The backend that compresses ``model``: ``openvino`` or ``torch``; a ValueError when the input cannot go there."""
+    kind = model_kind(model)
+    if backend == "torch" and kind in ("ir_xml", "ir_dir"):
+        msg = f"MODEL {model!r} is an OpenVINO IR: it is compressed with --backend openvino (torch needs a HF model)"
+        raise ValueError(msg)
+    return "torch" if backend == "torch" else "openvino"
+
+
+def torch_example_dataset(vocab_size: int, length: int = 8) -> nncf.Dataset:
+    """One short ``input_ids``/``attention_mask`` sample: what NNCF's Torch backend traces the model with when no
+    calibration data is given."""
+    import torch
+
+    ids = (torch.arange(1, length + 1) % vocab_size)[None]
+    return nncf.Dataset([{"input_ids": ids, "attention_mask": torch.ones_like(ids)}])
+
+
+def torch_calibration_dataset(tokenizer_dir: str | Path, text_path: str | Path, n: int) -> nncf.Dataset:
+    """``calibration_dataset``'s windows as torch ``input_ids``/``attention_mask`` for a transformers model."""
+    import torch
+
+    tokenizer = evaluation.load_tokenizer(tokenizer_dir)
+    samples = evaluation.calibration_samples(tokenizer, text_path, n=n)
+    keys = ("input_ids", "attention_mask")
+    return nncf.Dataset([{key: torch.from_numpy(sample[key]) for key in keys} for sample in samples])
+
+
+def compress_hf_checkpoint(
+    model: str, out_dir: Path, options: CompressionOptions, dataset: nncf.Dataset | None = None
+) -> list[str]:
+    """Compresses a HF causal LM in PyTorch (NNCF's Torch backend) and writes a transformers checkpoint to
+    ``out_dir`` that ``AutoModelForCausalLM.from_pretrained`` loads compressed after ``import nncf_hqq.torch``.
+    Returns the names of the files copied from the source dir (tokenizer and the like)."""
+    from transformers import AutoModelForCausalLM
+
+    source = Path(model).expanduser()
+    hf_model = AutoModelForCausalLM.from_pretrained(source if source.is_dir() else model, dtype="auto").eval()
+    if dataset is None:
+        dataset = torch_example_dataset(hf_model.config.get_text_config().vocab_size)
+    compressed = compress_model(hf_model, options, dataset)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    compressed.save_pretrained(out_dir)
+    copied = []
+    if source.is_dir():
+        for src in sorted(p for p in source.iterdir() if p.is_file() and not _CHECKPOINT_FILE.fullmatch(p.name)):
+            shutil.copy2(src, out_dir / src.name)
+            copied.append(src.name)
+    return copied
 
 
 def read_model(model_xml: str | Path) -> ov.Model:

@@ -16,10 +16,8 @@ from __future__ import annotations
 import numpy as np
 import openvino as ov
 
+from nncf_hqq.hqq import norm_input_energy
 from nncf_hqq.parameters import AttentionRole
-
-#: Added to every importance, relative to their mean, so that no group has a total weight of zero.
-IMPORTANCE_FLOOR = 1e-4
 
 
 def _skip_converts(node: ov.Node) -> ov.Node:
@@ -79,15 +77,9 @@ def norm_gain(weight: ov.Node, channels: int) -> np.ndarray | None:
 
 
 def norm_gain_importance(weight: ov.Node, channels: int) -> np.ndarray | None:
-    """Expected input energy ``gamma^2 + beta^2`` (floored, see ``IMPORTANCE_FLOOR``) per input channel, or None."""
+    """Expected input energy ``gamma^2 + beta^2`` per input channel (``hqq.norm_input_energy``), or None."""
     affine = norm_affine(weight, channels)
-    if affine is None:
-        return None
-    gamma, beta = affine
-    energy = gamma.astype(np.float64) ** 2 + (0.0 if beta is None else beta.astype(np.float64) ** 2)
-    if not np.isfinite(energy).all():
-        return None
-    return (energy + IMPORTANCE_FLOOR * energy.mean()).astype(np.float32)
+    return None if affine is None else norm_input_energy(*affine)
 
 
 # --------------------------------------------------------------------------------------------------------------------
