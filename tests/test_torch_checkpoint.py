@@ -178,6 +178,12 @@ def test_checkpoint_config_describes_every_decompressor() -> None:
     weights = config["weights"]
     assert len(weights) == 16
     q_proj = weights["post_hooks.model:layers:0:self_attn:q_proj:weight__0.0"]
-    assert q_proj == {"codes": "u4", "zero_point": "f16", "compressed_shape": [128, 4, 32], "scale_shape": [128, 4, 1]}
+    assert q_proj == {
+        "codes": "u4",
+        "zero_point": "f16",
+        "compressed_shape": [128, 4, 32],
+        "scale_shape": [128, 4, 1],
+        "stored_shape": [8192, 1],
+    }
     embeddings = weights["post_hooks.model:embed_tokens:weight__0.0"]
     assert embeddings["codes"] == "u8" and embeddings["zero_point"] == "u8"

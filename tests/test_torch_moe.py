@@ -37,12 +37,32 @@ def test_nncf_alone_leaves_the_experts_float_and_hqq_compresses_them() -> None:
     stored = torch_compressed_tensors(compressed)
     for name in EXPERTS:
         assert compressed.get_parameter(name).dtype == torch.uint8
+        assert compressed.get_parameter(name).shape[0] == 4  # packed codes keep the experts axis
         assert stored[name]["zero_point_format"] == "f16"
     assert stored[EXPERTS[0]]["codes"].shape == (4, 64, 4, 16)  # [experts, 2 * inter, groups, group size]
     error = np.linalg.norm(logits(compressed, ids) - reference) / np.linalg.norm(reference)
     assert error < 0.3
     generated = compressed.generate(ids, max_new_tokens=4, do_sample=False)
     assert tuple(generated.shape) == (1, ids.shape[1] + 4)
+
+
+@pytest.mark.parametrize(
+    "mode", [MODE.INT4_ASYM, MODE.INT4_SYM, MODE.INT8_ASYM], ids=["int4_asym", "int4_sym", "int8_asym"]
+)
+def test_every_experts_implementation_runs_the_compressed_experts(mode: nncf.CompressWeightsMode) -> None:
+    """transformers' grouped and batched expert forwards read the number of experts from the parameter's shape and
+    index it by expert; the eager one loops over experts. All three give the same logits on the compressed model."""
+    ids = input_ids()
+    group_size = -1 if mode == MODE.INT8_ASYM else 16
+    compressed = nncf.compress_weights(
+        tiny_qwen3_moe(), mode=mode, group_size=group_size, hqq=True, dataset=dataset(ids)
+    )
+    results = {}
+    for implementation in ("grouped_mm", "batched_mm", "eager"):
+        compressed.set_experts_implementation(implementation)
+        results[implementation] = logits(compressed, ids)
+    np.testing.assert_allclose(results["grouped_mm"], results["eager"], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(results["batched_mm"], results["eager"], rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize(

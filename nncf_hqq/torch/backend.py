@@ -40,6 +40,7 @@ from nncf_hqq.hqq import HQQ
 from nncf_hqq.hqq import HQQAlgoBackend
 from nncf_hqq.parameters import AttentionRole
 from nncf_hqq.torch.decompression import decompressor_for
+from nncf_hqq.torch.decompression import packed_u4_shape
 from nncf_hqq.torch.graph import attention_role
 from nncf_hqq.torch.graph import norm_gain_importance
 from nncf_hqq.torch.graph import parameter_importance
@@ -206,6 +207,6 @@ def compressed_parameter_command(
     )
     packed = decompressor.pack_weight(compressed.tensor.data)
     parameter.requires_grad = False
-    parameter.data = packed
+    parameter.data = packed.reshape(packed_u4_shape(tuple(parameter.shape))) if bits == 4 else packed
     target = PTTargetPoint(TargetType.OPERATOR_POST_HOOK, target_node_name=name)
     return PT2InsertionCommand([target], decompressor)

@@ -15,6 +15,7 @@ AWQ's activation scales (NNCF's ``SQMultiply`` pre-hooks) are restored too.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -48,13 +49,15 @@ _DTYPES = {"u4": torch.uint8, "i4": torch.uint8, "u8": torch.uint8, "i8": torch.
 @dataclass(frozen=True)
 class WeightFormat:
     """How one compressed parameter is stored: its codes (``u4``/``i4`` packed two per byte, ``u8``, ``i8``), its
-    zero point (``u4`` packed, ``u8``, ``f16``, or None for symmetric codes), the grouped shape of the codes and the
-    shape of the scale (one value per group)."""
+    zero point (``u4`` packed, ``u8``, ``f16``, or None for symmetric codes), the grouped shape of the codes, the
+    shape of the scale (one value per group) and the shape the codes are stored in (``packed_u4_shape`` for 4-bit
+    codes)."""
 
     codes: str
     zero_point: str | None
     compressed_shape: tuple[int, ...]
     scale_shape: tuple[int, ...]
+    stored_shape: tuple[int, ...]
 
     @property
     def num_bits(self) -> int:
@@ -62,7 +65,7 @@ class WeightFormat:
 
     def expected_tensors(self) -> dict[str, tuple[torch.dtype, tuple[int, ...]]]:
         """dtype and shape of the stored tensors: ``""`` (the parameter's codes), ``"_scale"``, ``"_zero_point"``."""
-        tensors = {"": (_DTYPES[self.codes], _stored_shape(self.codes, self.compressed_shape))}
+        tensors = {"": (_DTYPES[self.codes], self.stored_shape)}
         tensors["_scale"] = (torch.float16, self.scale_shape)
         if self.zero_point is not None:
             tensors["_zero_point"] = (_DTYPES[self.zero_point], _stored_shape(self.zero_point, self.scale_shape))
@@ -74,6 +77,7 @@ class WeightFormat:
             "zero_point": self.zero_point,
             "compressed_shape": list(self.compressed_shape),
             "scale_shape": list(self.scale_shape),
+            "stored_shape": list(self.stored_shape),
         }
 
     @classmethod
@@ -84,6 +88,7 @@ class WeightFormat:
                 None if entry["zero_point"] is None else str(entry["zero_point"]),
                 tuple(int(d) for d in entry["compressed_shape"]),
                 tuple(int(d) for d in entry["scale_shape"]),
+                tuple(int(d) for d in entry["stored_shape"]),
             )
         except (KeyError, TypeError, ValueError) as error:
             msg = f"Checkpoint config entry of '{name}' is malformed ({error!r}): {dict(entry)}."
@@ -95,7 +100,7 @@ class WeightFormat:
 
 
 def _stored_shape(kind: str, shape: tuple[int, ...]) -> tuple[int, ...]:
-    """4-bit values are stored packed two per byte as NNCF packs them: ``[n / 2, 1]``."""
+    """A zero point's stored shape: 4-bit values are packed two per byte as NNCF packs them, ``[n / 2, 1]``."""
     if kind in ("u4", "i4"):
         count = 1
         for size in shape:
@@ -108,18 +113,18 @@ def weight_format(decompressor: torch.nn.Module, codes: torch.Tensor) -> WeightF
     """The storage format of a decompressor hooked on a parameter holding ``codes``, or None for another module."""
     if not isinstance(decompressor, BaseWeightsDecompressor):
         return None
-    scale_shape = tuple(decompressor.get_buffer("_scale").shape)
+    shapes = (tuple(decompressor.get_buffer("_scale").shape), tuple(codes.shape))
     if isinstance(decompressor, FloatZeroPointDecompressor):
         codes_kind = "u4" if decompressor.num_bits == 4 else "u8"
-        return WeightFormat(codes_kind, "f16", decompressor.compressed_weight_shape, scale_shape)
+        return WeightFormat(codes_kind, "f16", decompressor.compressed_weight_shape, *shapes)
     if isinstance(decompressor, INT4AsymmetricWeightsDecompressor):
-        return WeightFormat("u4", "u4", tuple(decompressor.compressed_weight_shape), scale_shape)
+        return WeightFormat("u4", "u4", tuple(decompressor.compressed_weight_shape), *shapes)
     if isinstance(decompressor, INT4SymmetricWeightsDecompressor):
-        return WeightFormat("i4", None, tuple(decompressor.compressed_weight_shape), scale_shape)
+        return WeightFormat("i4", None, tuple(decompressor.compressed_weight_shape), *shapes)
     if isinstance(decompressor, INT8AsymmetricWeightsDecompressor):
-        return WeightFormat("u8", "u8", tuple(codes.shape), scale_shape)
+        return WeightFormat("u8", "u8", tuple(codes.shape), *shapes)
     if isinstance(decompressor, INT8SymmetricWeightsDecompressor):
-        return WeightFormat("i8", None, tuple(codes.shape), scale_shape)
+        return WeightFormat("i8", None, tuple(codes.shape), *shapes)
     return None
 
 
@@ -224,15 +229,13 @@ def restore_compressed(model: torch.nn.Module, config: Mapping[str, Any]) -> tor
 
 
 def _check_fits(name: str, fmt: WeightFormat, shape: tuple[int, ...]) -> None:
-    count, compressed = 1, 1
-    for size in shape:
-        count *= size
-    for size in fmt.compressed_shape:
-        compressed *= size
-    if count != compressed or len(fmt.scale_shape) != len(fmt.compressed_shape):
+    count = math.prod(shape)
+    stored = math.prod(fmt.stored_shape) * (2 if fmt.num_bits == 4 else 1)
+    if count != math.prod(fmt.compressed_shape) or count != stored or len(fmt.scale_shape) != len(fmt.compressed_shape):
         msg = (
             f"The checkpoint's codes of '{name}' have the grouped shape {list(fmt.compressed_shape)} (scale "
-            f"{list(fmt.scale_shape)}), which does not fit the model's parameter of shape {list(shape)}."
+            f"{list(fmt.scale_shape)}, stored as {list(fmt.stored_shape)}), which does not fit the model's parameter"
+            f" of shape {list(shape)}."
         )
         raise nncf.ValidationError(msg)
 

@@ -111,6 +111,17 @@ def pack_u4(codes: np.ndarray) -> np.ndarray:
     return packed.reshape(-1, 1)
 
 
+def packed_u4_shape(weight_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape 4-bit codes of a weight are stored in, packed two per byte: ``[n / 2, 1]`` for a matrix (NNCF's
+    ``pack_uint4``), ``[experts, n / (2 * experts)]`` for a 3D expert tensor, whose leading axis code that reads the
+    parameter's shape relies on (transformers' grouped MoE forward takes the number of experts from ``size(0)``).
+    The bytes are the same either way."""
+    count = int(np.prod(weight_shape))
+    if len(weight_shape) < 3:
+        return (count // 2, 1)
+    return (weight_shape[0], count // (2 * weight_shape[0]))
+
+
 def decompressor_for(
     scale: torch.Tensor,
     zero_point: torch.Tensor | None,
