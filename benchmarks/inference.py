@@ -7,12 +7,15 @@ tied embedding / lm_head under INT4 with backup_mode NONE, are f16 in all of the
     rtn        NNCF INT4_ASYM round-to-nearest: u4 codes, u4 zero point, f16 scale
     hqq_float  hqq=True (HQQ_DEFAULT): u4 codes, f16 zero point, f16 scale
     hqq_int    hqq_params=HQQParameters(zero_point_format="integer", refine_rounds=5): u4 zero point
+    hqq_split  hqq_params={"zero_point_format": "split"}: HQQ's float zero point as the nearest u4 one plus an output
+               correction (group sums of the input, one correction MatMul per input shared by its MatMuls, Add)
     int4_sym   NNCF INT4_SYM: i4 codes, no zero point (reference for the symmetric formats)
     int8_rtn   NNCF INT8_ASYM (per channel): u8 codes, u8 zero point
     int8_hqq   INT8_ASYM with hqq=True: u8 codes, f16 zero point
 
 Models: ``matmul`` (a stack of 4096x4096 MatMuls, g128), ``decoder`` (a small decoder-like stack of MatMuls:
-fused QKV, O, gate/up/down, g128), ``smollm2`` (the stateful SmolLM2-135M IR, g64, ratio 1, backup_mode NONE).
+fused QKV, O, gate/up/down, g128), ``smollm2`` (the stateful SmolLM2-135M IR, g64, ratio 1, backup_mode NONE),
+``qwen`` (the stateful Qwen2.5-1.5B-shaped IR, g128, the same settings; not in the default set: ~1.1 GB download).
 
 Latency: all variants of a model are compiled in one process (``PERFORMANCE_HINT=LATENCY``,
 ``INFERENCE_NUM_THREADS=2``, otherwise the CPU plugin's defaults unless ``--config`` says otherwise) and measured
@@ -91,11 +94,13 @@ VARIANTS: dict[str, Variant] = {
     "rtn": Variant("INT4_ASYM"),
     "hqq_float": Variant("INT4_ASYM", hqq=True),
     "hqq_int": Variant("INT4_ASYM", hqq=True, hqq_params={"zero_point_format": "integer", "refine_rounds": 5}),
+    "hqq_split": Variant("INT4_ASYM", hqq=True, hqq_params={"zero_point_format": "split"}),
     "int4_sym": Variant("INT4_SYM"),
     "int8_rtn": Variant("INT8_ASYM", grouped=False),
     "int8_hqq": Variant("INT8_ASYM", hqq=True, grouped=False),
+    "int8_split": Variant("INT8_ASYM", hqq=True, hqq_params={"zero_point_format": "split"}, grouped=False),
 }
-BASELINES = {"int8_hqq": "int8_rtn"}  # secondary ratio reported besides the ratio to RTN
+BASELINES = {"int8_hqq": "int8_rtn", "int8_split": "int8_rtn"}  # secondary ratio reported besides the ratio to RTN
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,6 +161,13 @@ def smollm2_model() -> ov.Model:
     return ov.Core().read_model(ir_xml(smollm2_ov_dir()))
 
 
+def qwen_model() -> ov.Model:
+    from nncf_hqq.llm.models import ir_xml
+    from nncf_hqq.llm.models import qwen_ov_dir
+
+    return ov.Core().read_model(ir_xml(qwen_ov_dir()))
+
+
 def model_specs(quick: bool) -> dict[str, ModelSpec]:
     if quick:
         matmul, decoder = (lambda: matmul_stack(1024, 2)), (lambda: decoder_stack(512, 1408, 128, 2))
@@ -165,6 +177,7 @@ def model_specs(quick: bool) -> dict[str, ModelSpec]:
         "matmul": ModelSpec("matmul", matmul, 128, stateful_llm=False, all_layers=True),
         "decoder": ModelSpec("decoder", decoder, 128, stateful_llm=False, all_layers=True),
         "smollm2": ModelSpec("smollm2", smollm2_model, 64, stateful_llm=True, all_layers=False),
+        "qwen": ModelSpec("qwen", qwen_model, 128, stateful_llm=True, all_layers=False),
     }
 
 
@@ -639,7 +652,9 @@ def run_model(spec: ModelSpec, variants: list[str], args: argparse.Namespace, wo
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", default="matmul,decoder,smollm2", help="comma-separated: matmul,decoder,smollm2")
+    parser.add_argument(
+        "--models", default="matmul,decoder,smollm2", help="comma-separated: matmul,decoder,smollm2,qwen"
+    )
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of the variants")
     parser.add_argument("--config", default="default", choices=sorted(CONFIGS), help="extra CPU properties")
     parser.add_argument("--quick", action="store_true", help="small synthetic shapes, few rounds")

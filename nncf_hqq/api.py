@@ -123,6 +123,13 @@ def compress_weights(
         nncf_arguments["mode"] = mode = CompressWeightsMode.INT4_ASYM
     validate_hqq_request(model, mode, gptq, compression_format)
     validate_target_parameters(target_parameters, torch_model)
+    if torch_model and params.zero_point_format == ZeroPointFormat.SPLIT:
+        msg = (
+            "zero_point_format='split' is an OpenVINO graph format (integer zero points plus output corrections); "
+            "PyTorch models take 'float' or 'integer'. openvino.convert_model of a model compressed with 'float' "
+            "keeps its f16 zero points."
+        )
+        raise nncf.ValidationError(msg)
     subset_size = (advanced_parameters or NNCFAdvancedCompressionParameters()).scale_estimation_params.subset_size
     hqq_algorithm = HQQ(params, mode, low_bit.num_bits if low_bit is not None else None, subset_size)
     with weight_compression_with_hqq(hqq_algorithm, torch_model, target_parameters):

@@ -15,12 +15,16 @@ import nncf
 class ZeroPointFormat(str, Enum):
     """How the zero point of an asymmetric group is stored in the compressed model.
 
-    FLOAT: an f16 constant (most accurate; OpenVINO CPU runs it on a slower kernel).
+    FLOAT: an f16 constant (OpenVINO CPU runs such layers without its int8 dynamic quantization, more slowly).
     INTEGER: u4/u8 like NNCF's RTN (fastest OpenVINO kernels); HQQ then optimises under that constraint.
+    SPLIT: HQQ's float zero point written as the nearest integer one (u4/u8, RTN's fast kernels) plus an exact
+        correction of the layer's output from the sums of its input over each group (``nncf_hqq.openvino.split``):
+        the float zero point's model at nearly the integer zero point's speed. OpenVINO backend only.
     """
 
     FLOAT = "float"
     INTEGER = "integer"
+    SPLIT = "split"
 
 
 class EarlyStopScope(str, Enum):
@@ -97,7 +101,8 @@ class HQQParameters:
     :param early_stop_scope: whether the early stop watches the whole tensor or every group separately.
     :param return_best: return the best iterate seen (default). The published solver instead returns the zero
         point produced by the step after the last improvement (a step that was never evaluated).
-    :param zero_point_format: FLOAT (f16 zero point) or INTEGER (u4/u8 zero point, optimised under the constraint).
+    :param zero_point_format: FLOAT (f16 zero point), INTEGER (u4/u8 zero point, optimised under the constraint) or
+        SPLIT (HQQ's float zero point, stored as an integer one plus an output correction; see ``ZeroPointFormat``).
     :param rtn_guard: per group, keep NNCF's round-to-nearest result where it reconstructs the weight better
         (by the same, possibly importance-weighted, squared error), so that this error is never above RTN's.
     :param refine_rounds: rounds of alternating least squares after the proximal loop: nearest codes, then the

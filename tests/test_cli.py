@@ -92,6 +92,8 @@ def compressed_dir(tiny_llm: tuple[Path, Any], tmp_path_factory: pytest.TempPath
         (["compress", "m", "out", "--awq", "--dataset", "missing.txt"], "--dataset missing.txt is not a file"),
         (["compress", "m", "out", "--backend", "torch", "--mode", "int3_sym"], "int3_sym needs openvino"),
         (["compress", "m", "out", "--backend", "pytorch"], "invalid choice: 'pytorch'"),
+        (["compress", "m", "out", "--backend", "torch", "--zero-point", "split"], "takes float or int"),
+        (["compress", "m", "out", "--mode", "int2_asym", "--zero-point", "split"], "drop --zero-point split"),
         (["compress", "m"], "the following arguments are required: OUT"),
         (["evaluate", "--reference", "ref"], "the following arguments are required: MODEL"),
         (["evaluate", "a", "--reference", "missing"], "--reference 'missing' is not an OpenVINO IR"),
@@ -204,12 +206,13 @@ def test_compressed_ir_dir_loads_with_optimum_intel_and_generates(
     [
         (["--zero-point", "int"], {ov.Type.u4}),
         (["--zero-point", "float"], {ov.Type.f16, ov.Type.u4}),  # value projections keep RTN (rtn_roles)
+        (["--zero-point", "split"], {ov.Type.u4}),
         (["--no-hqq"], {ov.Type.u4}),
         (["--mode", "INT8_ASYM"], {ov.Type.f16, ov.Type.u8}),
         (["--awq"], {ov.Type.f16, ov.Type.u4}),
         (["--mode", "int4_sym"], set()),
     ],
-    ids=["int_zero_point", "float_zero_point", "rtn", "int8", "data_free_awq", "int4_sym"],
+    ids=["int_zero_point", "float_zero_point", "split_zero_point", "rtn", "int8", "data_free_awq", "int4_sym"],
 )
 def test_compress_options_reach_nncf(
     extra: list[str],
@@ -222,6 +225,30 @@ def test_compress_options_reach_nncf(
     code, out, _ = run_cli(["compress", tiny_llm[0], tmp_path / "out", *int4, *extra], capsys)
     assert code == 0, out
     assert zero_point_types(tmp_path / "out") == expected
+
+
+def test_split_zero_point_model_generates_what_the_float_zero_point_model_generates(
+    tiny_llm: tuple[Path, Any],  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The stateful IR through optimum-intel: it generates with default CPU settings, and in f32 without activation
+    quantization (PROTOCOL.md) it gives the float-zero-point model's greedy tokens and logits."""
+    optimum_intel = pytest.importorskip("optimum.intel")
+    accuracy = {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
+    inputs = tiny_llm[1]("w1 w2 w3 w4 w5", return_tensors="pt")
+    outputs = {}
+    for zero_point in ("float", "split"):
+        out = tmp_path / zero_point
+        code, _, err = run_cli(["compress", tiny_llm[0], out, "--group-size", "64", "--zero-point", zero_point], capsys)
+        assert code == 0, err
+        generate(out, tiny_llm[1])
+        model = optimum_intel.OVModelForCausalLM.from_pretrained(out, ov_config=accuracy)
+        tokens = model.generate(**inputs, max_new_tokens=8, min_new_tokens=8, do_sample=False)
+        outputs[zero_point] = tokens.tolist(), model(**inputs).logits.numpy()
+    assert outputs["split"][0] == outputs["float"][0]
+    difference = np.abs(outputs["split"][1] - outputs["float"][1]).max() / np.abs(outputs["float"][1]).max()
+    assert difference < 2.0**-11
 
 
 def test_compress_hf_dir_with_calibration_data(

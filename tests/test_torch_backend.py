@@ -218,8 +218,9 @@ def wrap_model_graph(model: torch.nn.Module, ids: torch.Tensor) -> NNCFGraph:
         (MODE.INT4_ASYM, {"gptq": True}, "GPTQ"),
         (MODE.INT4_ASYM, {"target_parameters": "*.experts.*"}, "sequence of glob patterns"),
         (MODE.INT4_ASYM, {"target_parameters": ["*.no_such_parameter"]}, "no_such_parameter"),
+        (MODE.INT4_ASYM, {"hqq_params": {"zero_point_format": "split"}}, "OpenVINO graph format"),
     ],
-    ids=["low_bit_mode", "int3_sym", "gptq", "target_parameters_string", "pattern_matching_nothing"],
+    ids=["low_bit_mode", "int3_sym", "gptq", "target_parameters_string", "pattern_matching_nothing", "split"],
 )
 def test_bad_requests_are_refused_before_the_model_changes(mode: object, options: dict, match: str) -> None:
     model, ids = tiny_llama(), input_ids()

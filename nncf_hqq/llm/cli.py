@@ -1,7 +1,7 @@
 """The ``nncf-hqq`` command line.
 
     nncf-hqq compress MODEL OUT [--mode MODE] [--group-size N] [--ratio R] [--awq]
-                      [--scale-estimation --dataset TEXT_FILE] [--zero-point float|int] [--no-hqq]
+                      [--scale-estimation --dataset TEXT_FILE] [--zero-point float|int|split] [--no-hqq]
                       [--backend auto|openvino|torch]
     nncf-hqq evaluate MODEL... --reference FP_MODEL [--text FILE] [--windows N] [--json OUT.json] [--png OUT.png]
     nncf-hqq demo [--windows N] [--cache DIR] [--out DIR]
@@ -228,11 +228,14 @@ def check_compress_arguments(args: argparse.Namespace) -> None:
             "--awq": args.awq,
             "--scale-estimation": args.scale_estimation,
             "--zero-point int": args.zero_point == "int",
+            "--zero-point split": args.zero_point == "split",
         }
         if given := [flag for flag, used in low_bit_conflicts.items() if used]:
             raise UsageError(f"{args.mode} is HQQ-only, data-free and float-zero-point; drop {', '.join(given)}")
     if args.backend == "torch" and args.mode not in workflows.TORCH_MODES:
         raise UsageError(f"--backend torch compresses {', '.join(workflows.TORCH_MODES)}; {args.mode} needs openvino")
+    if args.backend == "torch" and args.zero_point == "split":
+        raise UsageError("--zero-point split is an OpenVINO graph format; --backend torch takes float or int")
     if args.mode in workflows.INT8_MODES:
         per_channel_only = {
             "--group-size": args.group_size not in (None, -1),

@@ -53,7 +53,11 @@ BACKUP_MODES: dict[str, BackupMode] = {
     "int8_sym": BackupMode.INT8_SYM,
     "none": BackupMode.NONE,
 }
-ZERO_POINT_FORMATS: dict[str, ZeroPointFormat] = {"float": ZeroPointFormat.FLOAT, "int": ZeroPointFormat.INTEGER}
+ZERO_POINT_FORMATS: dict[str, ZeroPointFormat] = {
+    "float": ZeroPointFormat.FLOAT,
+    "int": ZeroPointFormat.INTEGER,
+    "split": ZeroPointFormat.SPLIT,
+}
 
 MODEL_XML = "openvino_model.xml"
 MODEL_BIN = "openvino_model.bin"

@@ -142,3 +142,17 @@ def choose_per_group(use_first: Tensor, first: CompressedWeight, second: Compres
         fns.where(use_first, first.scale, second.scale),
         fns.where(use_first, first.zero_point.astype(zero_dtype), second.zero_point.astype(zero_dtype)),
     )
+
+
+def split_zero_point(zero_point: Tensor, scale: Tensor, num_bits: int) -> tuple[Tensor, Tensor]:
+    """A float zero point as an integer one plus an additive correction of the decompressed weight:
+    ``(q - z) * s = (q - z_int) * s + c`` with ``z_int = clip(round(z), 0, 2^b - 1)`` and ``c = (z_int - z) * s``.
+
+    The identity holds for any integer ``z_int``; the nearest one in the code range keeps the correction small
+    (``|c| <= s / 2`` unless ``z`` lies outside the range). Returns ``(z_int as uint8, c as float32)``, both in the
+    zero point's shape.
+    """
+    zero = zero_point.astype(TensorDataType.float32)
+    integer = fns.clip(fns.round(zero), 0.0, levels_max(num_bits))
+    correction = (integer - zero) * scale.astype(TensorDataType.float32)
+    return integer.astype(TensorDataType.uint8), correction

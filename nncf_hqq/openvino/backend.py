@@ -3,7 +3,9 @@
 ``HQQOVBackend`` is NNCF's OpenVINO weight-compression backend with two additions:
 - it answers ``HQQAlgoBackend``'s questions from the OpenVINO graph (``nncf_hqq.openvino.graph``);
 - it writes HQQ's compressed weights: a float zero point as an f16 decompression subgraph
-  (``nncf_hqq.openvino.decompression``), anything else through NNCF's own writer with HQQ's codes kept as they are.
+  (``nncf_hqq.openvino.decompression``), anything else through NNCF's own writer with HQQ's codes kept as they are;
+  with ``ZeroPointFormat.SPLIT`` the f16 zero points are then split into integer ones plus output corrections
+  (``nncf_hqq.openvino.split``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ from nncf_hqq.openvino.decompression import float_zero_point_decompression
 from nncf_hqq.openvino.decompression import is_float_zero_point
 from nncf_hqq.openvino.graph import attention_role
 from nncf_hqq.openvino.graph import norm_gain_importance
+from nncf_hqq.openvino.split import split_float_zero_points
 from nncf_hqq.parameters import AttentionRole
+from nncf_hqq.parameters import ZeroPointFormat
 
 
 class HQQOVBackend(HQQAlgoBackend, OVWeightCompressionAlgoBackend):
@@ -44,6 +48,8 @@ class HQQOVBackend(HQQAlgoBackend, OVWeightCompressionAlgoBackend):
         self.hqq = hqq
         #: HQQ's compressed weights for the next ``transform_model`` that gets none from NNCF (``HQQ.apply``'s result).
         self.hqq_weights: Mapping[str, CompressedWeight] | None = None
+        #: Names of the weights the last ``transform_model`` wrote with an f16 zero point.
+        self.float_zero_point_weights: set[str] = set()
 
     def input_importance(self, wp: WeightCompressionParameters, channels: int) -> np.ndarray | None:
         return norm_gain_importance(self.name_to_node_mapping[wp.weight_name], channels)
@@ -63,9 +69,13 @@ class HQQOVBackend(HQQAlgoBackend, OVWeightCompressionAlgoBackend):
         """NNCF's ``transform_model``, with HQQ's compressed weights when no earlier step supplied any."""
         if precomputed_compressed_weights is None:
             precomputed_compressed_weights = self.hqq_weights
-        return super().transform_model(
+        self.float_zero_point_weights = set()
+        model = super().transform_model(
             model, graph, weight_compression_parameters, precomputed_compressed_weights, *args, **kwargs
         )
+        if self.hqq.params.zero_point_format == ZeroPointFormat.SPLIT and self.float_zero_point_weights:
+            split_float_zero_points(model, self.float_zero_point_weights)
+        return model
 
     def _create_compression_subgraph(
         self,
@@ -93,6 +103,7 @@ class HQQOVBackend(HQQAlgoBackend, OVWeightCompressionAlgoBackend):
                 )
         output_type = const_dtype if should_add_convert_node else None
         bits = self.hqq.bits(compression_config)
+        self.float_zero_point_weights.add(const_node_name)
         node = float_zero_point_decompression(
             compressed, bits, tuple(weight.shape), const_node_name, weight_port_id, output_type
         )

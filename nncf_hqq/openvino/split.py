@@ -1,0 +1,222 @@
+"""Float zero points written as integer zero points plus a correction of the layer's output (``ZeroPointFormat.SPLIT``).
+
+A group's float zero point ``z`` splits exactly into an integer one and a remainder:
+``(q - z) * s = (q - z_int) * s + c`` with ``z_int = clip(round(z))`` and ``c = (z_int - z) * s``. Summed against
+the input ``x`` of a MatMul the remainder only needs the sum of ``x`` over each group's input channels:
+
+    y = W_int x + C groupsum(x),   C[n, g] = (z_int[n, g] - z[n, g]) * s[n, g]
+
+``W_int`` is an ordinary u4/u8-zero-point weight, which OpenVINO's CPU plugin runs on its int8 dynamic-quantization
+kernels (an f16 zero point takes a layer off them); the correction is a MatMul ``1 / group_size`` the size of the
+layer. MatMuls that read the same input (Q/K/V, gate/up) share the group sums and one correction MatMul.
+
+``split_float_zero_points`` rewrites the f16-zero-point decompression subgraphs of a model (as
+``nncf_hqq.openvino.decompression`` writes them) into that form; the maths of the split is
+``nncf_hqq.maths.conversion.split_zero_point``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Collection
+
+import numpy as np
+import openvino as ov
+from nncf.common.logging import nncf_logger
+from nncf.tensor import Tensor
+from openvino import opset13 as opset
+
+from nncf_hqq.maths.conversion import split_zero_point
+from nncf_hqq.openvino.decompression import CODE_TYPES
+from nncf_hqq.openvino.decompression import _codes_constant
+
+#: Code types whose integer zero points the CPU plugin runs on its fast kernels (u2 fails there, u3 is decompressed).
+SPLIT_CODE_TYPES = {ov.Type.u4: 4, ov.Type.u8: 8}
+
+
+@dataclasses.dataclass(frozen=True)
+class FloatZeroPointWeight:
+    """One MatMul weight decompressed as ``(convert(codes) - zero_point_f16) * scale_f16`` (then reshaped)."""
+
+    name: str  # the codes constant's friendly name (the weight's name)
+    matmul: ov.Node
+    zero_point: ov.Node  # the f16 zero-point Constant
+    scale: ov.Node
+    bits: int
+
+    @property
+    def transposed(self) -> bool:
+        """Whether the weight is ``[..., out, in]`` (``transpose_b``) rather than ``[..., in, out]``."""
+        return bool(self.matmul.get_attributes()["transpose_b"])
+
+    @property
+    def weight_shape(self) -> tuple[int, ...]:
+        return tuple(self.matmul.input_value(1).get_partial_shape().to_shape())
+
+    @property
+    def zero_point_shape(self) -> tuple[int, ...]:
+        return tuple(self.zero_point.get_output_partial_shape(0).to_shape())
+
+    @property
+    def grouped(self) -> bool:
+        """Whether the zero point has one value per group (one more axis than the weight), not per channel."""
+        return len(self.zero_point_shape) > len(self.weight_shape)
+
+    @property
+    def group_shape(self) -> tuple[int, int]:
+        """(groups, group size) along the input axis: 1 group per channel for a per-channel zero point."""
+        in_features = self.weight_shape[-1 if self.transposed else -2]
+        groups = self.zero_point_shape[-2 if self.transposed else -3] if self.grouped else 1
+        return groups, in_features // groups
+
+    def correction_rows(self, correction: np.ndarray) -> np.ndarray:
+        """The correction (in the zero point's shape) as ``[..., out, groups]``."""
+        if self.grouped:
+            correction = correction[..., 0] if self.transposed else correction[..., 0, :]
+        return correction if self.transposed else np.swapaxes(correction, -1, -2)
+
+
+def _constant(output: ov.Output, element_type: ov.Type | None = None) -> ov.Node | None:
+    node = output.get_node()
+    if node.get_type_name() != "Constant":
+        return None
+    if element_type is not None and node.get_output_element_type(0) != element_type:
+        return None
+    return node
+
+
+def _through(output: ov.Output, *type_names: str) -> ov.Output:
+    """The input of the nodes of ``type_names`` that ``output`` comes from, followed upwards."""
+    while output.get_node().get_type_name() in type_names:
+        output = output.get_node().input_value(0)
+    return output
+
+
+def float_zero_point_weight(matmul: ov.Node) -> FloatZeroPointWeight | None:
+    """The f16-zero-point weight of a MatMul (its input 1, u4/u8 codes), or None for any other MatMul."""
+    if matmul.get_attributes().get("transpose_a"):
+        return None
+    multiply = _through(matmul.input_value(1), "Convert", "Reshape").get_node()
+    if multiply.get_type_name() != "Multiply":
+        return None
+    subtract, scale = multiply.input_value(0).get_node(), _constant(multiply.input_value(1), ov.Type.f16)
+    if subtract.get_type_name() != "Subtract" or scale is None:
+        return None
+    zero_point = _constant(subtract.input_value(1), ov.Type.f16)
+    codes_convert = subtract.input_value(0).get_node()
+    if zero_point is None or codes_convert.get_type_name() != "Convert":
+        return None
+    codes = _constant(codes_convert.input_value(0))
+    if codes is None or codes.get_output_element_type(0) not in SPLIT_CODE_TYPES:
+        return None
+    if any(len(node.output(0).get_target_inputs()) != 1 for node in (zero_point, subtract, multiply)):
+        return None
+    bits = SPLIT_CODE_TYPES[codes.get_output_element_type(0)]
+    return FloatZeroPointWeight(codes.get_friendly_name(), matmul, zero_point, scale, bits)
+
+
+def _group_sums(activation: ov.Output, groups: int, group_size: int) -> ov.Output:
+    """``x`` summed over each group's channels: ``[..., in] -> [..., groups]`` (``[..., 1]`` per channel)."""
+    if groups == 1:
+        return opset.reduce_sum(activation, np.array([-1], dtype=np.int64), keep_dims=True).output(0)
+    rank = activation.get_partial_shape().rank.get_length()
+    grouped = opset.reshape(activation, np.array([0] * (rank - 1) + [groups, group_size]), special_zero=True)
+    return opset.reduce_sum(grouped, np.array([-1], dtype=np.int64), keep_dims=False).output(0)
+
+
+def _replace_zero_point(weight: FloatZeroPointWeight, integer: np.ndarray) -> None:
+    """The f16 zero-point Constant becomes an integer one (the codes' type) converted to f16, as NNCF writes it."""
+    code_type = CODE_TYPES[weight.bits]
+    constant = _codes_constant(integer.astype(np.uint8), code_type, weight.zero_point.get_friendly_name())
+    converted = opset.convert(constant, ov.Type.f16)
+    for target in list(weight.zero_point.output(0).get_target_inputs()):
+        target.replace_source_output(converted.output(0))
+
+
+def _f16_constant(values: np.ndarray, element_type: ov.Type) -> ov.Output:
+    constant = opset.constant(np.ascontiguousarray(values, dtype=np.float16), dtype=ov.Type.f16)
+    return opset.convert(constant, element_type).output(0) if element_type != ov.Type.f16 else constant.output(0)
+
+
+def correction_weight(corrections: list[np.ndarray], element_type: ov.Type) -> ov.Output:
+    """The corrections of MatMuls sharing one input, concatenated along the output axis (``[..., out, groups]``),
+    as an f16 Constant converted to the activations' type.
+
+    f16 rounds a correction ``|c| <= s / 2`` to within ``s / 4096``, below the f16 rounding of the zero point it
+    replaces (``z * s`` is stored to within ``s / 256`` for zero points in [8, 16)). An int8 weight with per-row
+    scales (the compressed-FullyConnected kernel) measured slower at decode on this CPU.
+    """
+    return _f16_constant(np.concatenate(corrections, axis=-2), element_type)
+
+
+def _after_bias(output: ov.Output) -> ov.Output:
+    """The output of the bias Add that is a MatMul's only consumer (a constant, possibly converted), else the
+    MatMul's own: the correction goes after the bias, which the CPU plugin fuses into the MatMul."""
+    consumers = list(output.get_target_inputs())
+    if len(consumers) != 1 or consumers[0].get_node().get_type_name() != "Add":
+        return output
+    add = consumers[0].get_node()
+    other = add.input_value(1 - consumers[0].get_index())
+    return add.output(0) if _constant(_through(other, "Convert")) is not None else output
+
+
+def _add_corrections(weights: list[FloatZeroPointWeight], corrections: list[np.ndarray]) -> None:
+    """``y_i += C_i groupsum(x)`` for MatMuls reading the same input with the same groups: one group sum, one
+    correction product (a MatMul, or a Multiply per channel), split back to the MatMuls by their widths."""
+    first = weights[0]
+    groups, group_size = first.group_shape
+    activation = first.matmul.input_value(0)  # read now: an earlier correction may have replaced the found source
+    sums = _group_sums(activation, groups, group_size)
+    if groups == 1:  # [..., 1] * [..., 1, out]: a broadcast product instead of a MatMul with one inner channel
+        rows = np.swapaxes(np.concatenate(corrections, axis=-2), -1, -2)
+        product = opset.multiply(sums, _f16_constant(rows, activation.get_element_type())).output(0)
+    else:
+        matrix = correction_weight(corrections, activation.get_element_type())
+        product = opset.matmul(sums, matrix, transpose_a=False, transpose_b=True).output(0)
+    widths = [c.shape[-2] for c in corrections]
+    parts = [product]
+    if len(weights) > 1:
+        split = opset.variadic_split(product, np.array(-1, dtype=np.int64), np.array(widths, dtype=np.int64))
+        parts = list(split.outputs())
+    for weight, part in zip(weights, parts, strict=True):
+        output = _after_bias(weight.matmul.output(0))
+        consumers = list(output.get_target_inputs())
+        corrected = opset.add(output, part, name=f"{weight.matmul.get_friendly_name()}/zero_point_correction")
+        for target in consumers:
+            target.replace_source_output(corrected.output(0))
+
+
+def split_float_zero_points(model: ov.Model, names: Collection[str] | None = None) -> list[str]:
+    """Rewrites the f16-zero-point weights of ``model`` (all, or those whose codes constant is in ``names``) as
+    integer zero points plus an output correction, in place; returns the names of the rewritten weights.
+
+    The model computes the same function (to the rounding of the stored corrections). Weights the split cannot take
+    (u2/u3 codes, a MatMul with ``transpose_a``, a zero point or scale shared with other nodes) keep their f16 zero
+    point, logged.
+    """
+    found: dict[tuple[str, int, int, int, int], list[FloatZeroPointWeight]] = {}
+    for node in model.get_ordered_ops():
+        if node.get_type_name() != "MatMul":
+            continue
+        weight = float_zero_point_weight(node)
+        if weight is None or (names is not None and weight.name not in names):
+            continue
+        source = node.input_value(0)
+        key = (source.get_node().get_friendly_name(), source.get_index(), len(weight.weight_shape), *weight.group_shape)
+        found.setdefault(key, []).append(weight)
+    done = [w.name for ws in found.values() for w in ws]
+    if names is not None and (left := sorted(set(names) - set(done))):
+        nncf_logger.info(f"Float zero points kept (the split format cannot take these weights): {', '.join(left)}")
+    for weights in found.values():
+        corrections = []
+        for weight in weights:
+            integer, correction = split_zero_point(
+                Tensor(weight.zero_point.get_data().astype(np.float32)),
+                Tensor(weight.scale.get_data().astype(np.float32)),
+                weight.bits,
+            )
+            _replace_zero_point(weight, integer.data)
+            corrections.append(weight.correction_rows(correction.data))
+        _add_corrections(weights, corrections)
+    model.validate_nodes_and_infer_types()
+    return done

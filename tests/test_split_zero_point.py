@@ -1,0 +1,173 @@
+"""ZeroPointFormat.SPLIT: HQQ's float zero points as integer ones plus an output correction (OpenVINO)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import nncf
+import numpy as np
+import openvino as ov
+import pytest
+from nncf.tensor import Tensor
+from openvino import opset13 as opset
+
+import nncf_hqq
+from nncf_hqq.maths.conversion import split_zero_point
+from nncf_hqq.openvino.split import float_zero_point_weight
+from nncf_hqq.openvino.split import split_float_zero_points
+from tests.ov_models import heavy_tailed
+from tests.ov_models import input_ids
+from tests.ov_models import run
+from tests.ov_models import transformer_like
+
+MODE = nncf.CompressWeightsMode
+SPLIT = {"zero_point_format": "split"}
+#: The split model against the f16-zero-point model, relative to the largest output: one f16 rounding step (2^-11).
+#: The corrections are f16 constants; measured 4e-5 to 9e-5.
+TOLERANCE = 2.0**-11
+
+
+@pytest.mark.parametrize("bits", [4, 8], ids=["u4", "u8"])
+def test_split_zero_point_is_exact_and_in_range(bits: int) -> None:
+    rng = np.random.default_rng(0)
+    top = 2**bits - 1
+    zero_point = rng.uniform(-2.0, top + 2.0, size=(64, 8, 1)).astype(np.float32)  # some outside the code range
+    scale = rng.uniform(0.01, 0.1, size=(64, 8, 1)).astype(np.float32)
+    codes = rng.integers(0, top + 1, size=(64, 8, 16)).astype(np.float32)
+    integer, correction = split_zero_point(Tensor(zero_point), Tensor(scale), bits)
+    integer, correction = integer.data, correction.data
+    assert integer.dtype == np.uint8 and integer.min() >= 0 and integer.max() <= top
+    np.testing.assert_allclose((codes - integer) * scale + correction, (codes - zero_point) * scale, atol=1e-6)
+    inside = (zero_point >= 0) & (zero_point <= top)
+    assert np.all(np.abs(correction[inside]) <= scale[inside] / 2 + 1e-7)
+    np.testing.assert_array_equal(integer[inside], np.round(zero_point[inside]))
+
+
+def siblings_model(seed: int = 0, hidden: int = 128) -> ov.Model:
+    """A norm feeding q (with a bias), k and v MatMuls, their concatenation feeding o: siblings share one input."""
+    rng = np.random.default_rng(seed)
+    x = opset.parameter([1, -1, hidden], ov.Type.f32, name="x")
+    normed = opset.multiply(x, opset.constant((1.0 + rng.random(hidden)).astype(np.float32)), name="norm")
+
+    def linear(source: ov.Node, out: int, name: str) -> ov.Node:
+        weight = opset.constant(
+            heavy_tailed(rng, (out, source.get_output_partial_shape(0)[-1].get_length())), name=name
+        )
+        return opset.matmul(source, weight, False, True, name=f"{name}/matmul")
+
+    q = opset.add(linear(normed, hidden, "q"), opset.constant(heavy_tailed(rng, (hidden,))), name="q/bias")
+    k, v = linear(normed, hidden // 2, "k"), linear(normed, hidden // 2, "v")
+    mixed = opset.concat([q, k, v], axis=-1)
+    return ov.Model([opset.result(linear(mixed, hidden, "o"), name="y")], [x], "siblings")
+
+
+def _inputs(hidden: int = 128, tokens: int = 8) -> np.ndarray:
+    return np.random.default_rng(3).standard_normal((1, tokens, hidden)).astype(np.float32)
+
+
+def _f16_zero_point_names(model: ov.Model) -> list[str]:
+    return sorted(
+        op.get_friendly_name().removesuffix("/zero_point")
+        for op in model.get_ops()
+        if op.get_type_name() == "Constant"
+        and op.get_friendly_name().endswith("/zero_point")
+        and op.get_output_element_type(0) == ov.Type.f16
+    )
+
+
+def _f16_zero_points(model: ov.Model) -> int:
+    return len(_f16_zero_point_names(model))
+
+
+def _count(model: ov.Model, type_name: str) -> int:
+    return sum(op.get_type_name() == type_name for op in model.get_ops())
+
+
+def _relative(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.abs(a - b).max() / np.abs(b).max())
+
+
+@pytest.mark.parametrize(
+    "mode, group_size",
+    [(MODE.INT4_ASYM, 32), (MODE.INT4_ASYM, -1), (MODE.INT8_ASYM, -1)],
+    ids=["int4_g32", "int4_per_channel", "int8"],
+)
+def test_split_model_computes_the_float_zero_point_model(mode: nncf.CompressWeightsMode, group_size: int) -> None:
+    kwargs = {"mode": mode, "group_size": group_size, "all_layers": True, "hqq": True}
+    if mode == MODE.INT8_ASYM:
+        kwargs.pop("group_size"), kwargs.pop("all_layers")
+    model = siblings_model()
+    float_zp = nncf.compress_weights(model.clone(), **kwargs)
+    split = nncf.compress_weights(model.clone(), hqq_params=SPLIT, **kwargs)
+    assert _f16_zero_points(float_zp) == 4 and _f16_zero_points(split) == 0
+    assert _count(split, "ReduceSum") == 2  # q, k and v share one group sum; o has its own
+    x = _inputs()
+    assert _relative(run(split, x), run(float_zp, x)) < TOLERANCE
+    assert _relative(run(split, x), run(model, x)) > 10 * _relative(run(split, x), run(float_zp, x))
+
+
+def test_split_takes_both_weight_layouts_moe_experts_and_the_lm_head() -> None:
+    """transformer_like: a ``[out, in]`` and an ``[in, out]`` weight, 3D experts ``[E, out, in]``, the LM head. The
+    embedding table (a Gather, no MatMul to correct) keeps its f16 zero point."""
+    model = transformer_like()
+    kwargs = {"mode": MODE.INT4_ASYM, "group_size": 32, "all_layers": True, "hqq": True}
+    float_zp = nncf.compress_weights(model.clone(), **kwargs)
+    split = nncf.compress_weights(model.clone(), hqq_params=SPLIT, **kwargs)
+    assert _f16_zero_point_names(float_zp) == ["down_proj", "embed_tokens", "lm_head", "moe_experts", "up_proj"]
+    assert _f16_zero_point_names(split) == ["embed_tokens"]
+    ids = input_ids()
+    assert _relative(run(split, ids), run(float_zp, ids)) < TOLERANCE
+
+
+def test_saved_split_model_loads_bit_exactly(tmp_path: Path) -> None:
+    split = nncf.compress_weights(
+        siblings_model(), mode=MODE.INT4_ASYM, group_size=32, all_layers=True, hqq=True, hqq_params=SPLIT
+    )
+    ov.save_model(split, tmp_path / "model.xml")
+    loaded = ov.Core().read_model(tmp_path / "model.xml")
+    x = _inputs()
+    np.testing.assert_array_equal(run(loaded, x), run(split, x))
+
+
+def test_split_leaves_integer_zero_points_and_rtn_layers_alone() -> None:
+    """Only HQQ's f16 zero points are split: RTN-role and backup layers keep what NNCF wrote."""
+    model = siblings_model()
+    rtn = nncf.compress_weights(model.clone(), mode=MODE.INT4_ASYM, group_size=32, all_layers=True)
+    before = {op.get_friendly_name() for op in rtn.get_ops()}
+    assert split_float_zero_points(rtn) == []
+    assert {op.get_friendly_name() for op in rtn.get_ops()} == before
+
+
+def test_weights_the_split_cannot_take_keep_their_float_zero_point(caplog: pytest.LogCaptureFixture) -> None:
+    model = nncf.compress_weights(siblings_model(), mode=MODE.INT4_ASYM, group_size=32, all_layers=True, hqq=True)
+    matmuls = [op for op in model.get_ops() if op.get_type_name() == "MatMul"]
+    assert all(float_zero_point_weight(op) is not None for op in matmuls)
+    with caplog.at_level(logging.INFO):
+        done = split_float_zero_points(model, names={"q", "k", "not_a_weight"})
+    assert sorted(done) == ["k", "q"]
+    assert "not_a_weight" in caplog.text
+    assert _f16_zero_points(model) == 2  # v and o were not asked for
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"awq": True}, {"scale_estimation": True}, {"lora_correction": True}, {"ratio": 0.75}],
+    ids=["awq", "scale_estimation", "lora", "mixed_precision"],
+)
+def test_split_composes_with_data_aware_steps(options: dict) -> None:
+    model = siblings_model()
+    dataset = nncf.Dataset([_inputs(tokens=16) for _ in range(4)])
+    kwargs = {"mode": MODE.INT4_ASYM, "group_size": 32, "all_layers": True, "hqq": True, "dataset": dataset}
+    float_zp = nncf.compress_weights(model.clone(), **kwargs, **options)
+    split = nncf.compress_weights(model.clone(), hqq_params=SPLIT, **kwargs, **options)
+    assert _f16_zero_points(float_zp) > 0 and _f16_zero_points(split) == 0
+    x = _inputs()
+    assert _relative(run(split, x), run(float_zp, x)) < TOLERANCE
+
+
+def test_low_bit_modes_refuse_the_split_format() -> None:
+    with pytest.raises(nncf.ValidationError, match="float zero points"):
+        nncf_hqq.compress_weights(
+            siblings_model(), mode=nncf_hqq.LowBitMode.INT3_ASYM, group_size=32, hqq=True, hqq_params=SPLIT
+        )
