@@ -98,11 +98,13 @@ ROWS: dict[str, HQQParameters | None] = {
     "awq_df": None,
     "awq_df_hqq": HQQ_DEFAULT,
     "awq_df_hqq_int": dataclasses.replace(HQQ_DEFAULT, zero_point_format="integer"),
+    "awq_df_hqq_split": dataclasses.replace(HQQ_DEFAULT, zero_point_format="split"),
     # the default with the published lp shrinkage, and the row that measured leaving it out (as
     # beta=1e-3 then: no error reaches that beta's shrinkage-free bound of ~200, so the same as the default now)
     "awq_df_hqq_shrink": dataclasses.replace(HQQ_DEFAULT, shrinkage=True),
     "awq_df_hqq_no_shrink": HQQ_DEFAULT,
     "default": HQQ_DEFAULT,
+    "default_split": dataclasses.replace(HQQ_DEFAULT, zero_point_format="split"),
     "default_shrink": dataclasses.replace(HQQ_DEFAULT, shrinkage=True),
     "default_no_unit_gain": dataclasses.replace(HQQ_DEFAULT, unit_gain=False),
     "awq_se": None,
@@ -134,6 +136,7 @@ ROW_OPTIONS: dict[str, dict[str, Any]] = {
     "awq_df": {"awq": True},
     "awq_df_hqq": {"awq": True},
     "awq_df_hqq_int": {"awq": True},
+    "awq_df_hqq_split": {"awq": True},
     "awq_df_hqq_no_shrink": {"awq": True},
     "awq_df_hqq_shrink": {"awq": True},
     "awq_se": {"awq": True, "scale_estimation": True, "calibrated": True},

@@ -101,7 +101,10 @@ def test_split_model_computes_the_float_zero_point_model(mode: nncf.CompressWeig
     float_zp = nncf.compress_weights(model.clone(), **kwargs)
     split = nncf.compress_weights(model.clone(), hqq_params=SPLIT, **kwargs)
     assert _f16_zero_points(float_zp) == 4 and _f16_zero_points(split) == 0
-    assert _count(split, "ReduceSum") == 2  # q, k and v share one group sum; o has its own
+    assert _count(split, "ReduceSum") == 4 and _count(split, "Add") == 1 + 4  # the bias, one correction each
+    ops = {op.get_friendly_name(): op for op in split.get_ops()}
+    q_correction = ops["q/matmul/zero_point_correction"]
+    assert q_correction.input_value(0).get_node().get_friendly_name() == "q/bias"  # the bias stays on the MatMul
     x = _inputs()
     assert _relative(run(split, x), run(float_zp, x)) < TOLERANCE
     assert _relative(run(split, x), run(model, x)) > 10 * _relative(run(split, x), run(float_zp, x))

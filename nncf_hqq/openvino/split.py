@@ -8,7 +8,11 @@ the input ``x`` of a MatMul the remainder only needs the sum of ``x`` over each 
 
 ``W_int`` is an ordinary u4/u8-zero-point weight, which OpenVINO's CPU plugin runs on its int8 dynamic-quantization
 kernels (an f16 zero point takes a layer off them); the correction is a MatMul ``1 / group_size`` the size of the
-layer. MatMuls that read the same input (Q/K/V, gate/up) share the group sums and one correction MatMul.
+layer: per MatMul, Reshape -> ReduceSum -> MatMul (f16 constant ``C``) -> Add after the MatMul (after its bias).
+
+Each MatMul gets its own chain. Sharing the group sums between MatMuls that read the same input (Q/K/V, gate/up),
+or merging their corrections into one MatMul and splitting its output, measured slower on OpenVINO 2026.4 CPU
+(docs/inference.md): the CPU plugin pays per node at decode, and a split costs more than the sums it saves.
 
 ``split_float_zero_points`` rewrites the f16-zero-point decompression subgraphs of a model (as
 ``nncf_hqq.openvino.decompression`` writes them) into that form; the maths of the split is
@@ -134,19 +138,12 @@ def _replace_zero_point(weight: FloatZeroPointWeight, integer: np.ndarray) -> No
 
 
 def _f16_constant(values: np.ndarray, element_type: ov.Type) -> ov.Output:
+    """``values`` as an f16 Constant, converted to ``element_type``. f16 rounds a correction ``|c| <= s / 2`` to
+    within ``s / 4096``, finer than the f16 rounding of the zero point it replaces (``z * s`` to ``s / 256`` for
+    zero points in [8, 16)). An int8 correction weight with per-row scales (the compressed-FullyConnected kernel)
+    measured slower at decode and held less precision."""
     constant = opset.constant(np.ascontiguousarray(values, dtype=np.float16), dtype=ov.Type.f16)
     return opset.convert(constant, element_type).output(0) if element_type != ov.Type.f16 else constant.output(0)
-
-
-def correction_weight(corrections: list[np.ndarray], element_type: ov.Type) -> ov.Output:
-    """The corrections of MatMuls sharing one input, concatenated along the output axis (``[..., out, groups]``),
-    as an f16 Constant converted to the activations' type.
-
-    f16 rounds a correction ``|c| <= s / 2`` to within ``s / 4096``, below the f16 rounding of the zero point it
-    replaces (``z * s`` is stored to within ``s / 256`` for zero points in [8, 16)). An int8 weight with per-row
-    scales (the compressed-FullyConnected kernel) measured slower at decode on this CPU.
-    """
-    return _f16_constant(np.concatenate(corrections, axis=-2), element_type)
 
 
 def _after_bias(output: ov.Output) -> ov.Output:
@@ -160,30 +157,23 @@ def _after_bias(output: ov.Output) -> ov.Output:
     return add.output(0) if _constant(_through(other, "Convert")) is not None else output
 
 
-def _add_corrections(weights: list[FloatZeroPointWeight], corrections: list[np.ndarray]) -> None:
-    """``y_i += C_i groupsum(x)`` for MatMuls reading the same input with the same groups: one group sum, one
-    correction product (a MatMul, or a Multiply per channel), split back to the MatMuls by their widths."""
-    first = weights[0]
-    groups, group_size = first.group_shape
-    activation = first.matmul.input_value(0)  # read now: an earlier correction may have replaced the found source
+def _add_correction(weight: FloatZeroPointWeight, correction: np.ndarray) -> None:
+    """``y += C groupsum(x)`` after the MatMul (and its bias): a MatMul with the ``[..., out, groups]`` correction,
+    or a broadcast product for one group per channel."""
+    groups, group_size = weight.group_shape
+    activation = weight.matmul.input_value(0)  # read now: an earlier correction may have replaced its source
     sums = _group_sums(activation, groups, group_size)
-    if groups == 1:  # [..., 1] * [..., 1, out]: a broadcast product instead of a MatMul with one inner channel
-        rows = np.swapaxes(np.concatenate(corrections, axis=-2), -1, -2)
-        product = opset.multiply(sums, _f16_constant(rows, activation.get_element_type())).output(0)
+    if groups == 1:  # [..., 1] * [..., 1, out] instead of a MatMul with one inner channel
+        rows = _f16_constant(np.swapaxes(correction, -1, -2), activation.get_element_type())
+        product = opset.multiply(sums, rows)
     else:
-        matrix = correction_weight(corrections, activation.get_element_type())
-        product = opset.matmul(sums, matrix, transpose_a=False, transpose_b=True).output(0)
-    widths = [c.shape[-2] for c in corrections]
-    parts = [product]
-    if len(weights) > 1:
-        split = opset.variadic_split(product, np.array(-1, dtype=np.int64), np.array(widths, dtype=np.int64))
-        parts = list(split.outputs())
-    for weight, part in zip(weights, parts, strict=True):
-        output = _after_bias(weight.matmul.output(0))
-        consumers = list(output.get_target_inputs())
-        corrected = opset.add(output, part, name=f"{weight.matmul.get_friendly_name()}/zero_point_correction")
-        for target in consumers:
-            target.replace_source_output(corrected.output(0))
+        rows = _f16_constant(correction, activation.get_element_type())
+        product = opset.matmul(sums, rows, transpose_a=False, transpose_b=True)
+    output = _after_bias(weight.matmul.output(0))
+    consumers = list(output.get_target_inputs())
+    corrected = opset.add(output, product, name=f"{weight.matmul.get_friendly_name()}/zero_point_correction")
+    for target in consumers:
+        target.replace_source_output(corrected.output(0))
 
 
 def split_float_zero_points(model: ov.Model, names: Collection[str] | None = None) -> list[str]:
@@ -194,29 +184,21 @@ def split_float_zero_points(model: ov.Model, names: Collection[str] | None = Non
     (u2/u3 codes, a MatMul with ``transpose_a``, a zero point or scale shared with other nodes) keep their f16 zero
     point, logged.
     """
-    found: dict[tuple[str, int, int, int, int], list[FloatZeroPointWeight]] = {}
+    found = []
     for node in model.get_ordered_ops():
-        if node.get_type_name() != "MatMul":
-            continue
-        weight = float_zero_point_weight(node)
-        if weight is None or (names is not None and weight.name not in names):
-            continue
-        source = node.input_value(0)
-        key = (source.get_node().get_friendly_name(), source.get_index(), len(weight.weight_shape), *weight.group_shape)
-        found.setdefault(key, []).append(weight)
-    done = [w.name for ws in found.values() for w in ws]
+        weight = float_zero_point_weight(node) if node.get_type_name() == "MatMul" else None
+        if weight is not None and (names is None or weight.name in names):
+            found.append(weight)
+    done = [weight.name for weight in found]
     if names is not None and (left := sorted(set(names) - set(done))):
         nncf_logger.info(f"Float zero points kept (the split format cannot take these weights): {', '.join(left)}")
-    for weights in found.values():
-        corrections = []
-        for weight in weights:
-            integer, correction = split_zero_point(
-                Tensor(weight.zero_point.get_data().astype(np.float32)),
-                Tensor(weight.scale.get_data().astype(np.float32)),
-                weight.bits,
-            )
-            _replace_zero_point(weight, integer.data)
-            corrections.append(weight.correction_rows(correction.data))
-        _add_corrections(weights, corrections)
+    for weight in found:
+        integer, correction = split_zero_point(
+            Tensor(weight.zero_point.get_data().astype(np.float32)),
+            Tensor(weight.scale.get_data().astype(np.float32)),
+            weight.bits,
+        )
+        _replace_zero_point(weight, integer.data)
+        _add_correction(weight, weight.correction_rows(correction.data))
     model.validate_nodes_and_infer_types()
     return done
