@@ -205,14 +205,15 @@ def compress(model: ov.Model, spec: ModelSpec, variant: Variant) -> ov.Model:
 
 
 def decompression_summary(model: ov.Model) -> dict[str, int]:
-    """Counts of the constants by role and type: ``zero_point:u4``, ``scale:f16``, ``weight:u4`` (weights: the
-    other constants of at least 4096 elements, e.g. ``weight:f16`` for uncompressed ones)."""
+    """Counts of the constants by role and type: ``zero_point:u4``, ``scale:f16``, ``zero_point_correction:f16``
+    (split zero points), ``weight:u4`` (weights: the other constants of at least 4096 elements, e.g. ``weight:f16``
+    for uncompressed ones)."""
     counts: dict[str, int] = {}
     for op in model.get_ops():
         if op.get_type_name() != "Constant":
             continue
         name = op.get_friendly_name()
-        role = next((r for r in ("zero_point", "scale") if name.endswith(f"/{r}")), None)
+        role = next((r for r in ("zero_point", "scale", "zero_point_correction") if name.endswith(f"/{r}")), None)
         if role is None and int(np.prod(op.get_output_shape(0))) >= 4096:
             role = "weight"
         if role:
@@ -553,10 +554,12 @@ def _ratio(row: dict[str, float], key: str, quartiles: bool = False) -> str:
 
 
 def _formats(constants: dict[str, int]) -> str:
-    """``u4 / zp u4`` from a decompression summary (the type of the most frequent weight and zero point)."""
+    """``u4 / zp u4`` from a decompression summary (the type of the most frequent weight and zero point;
+    ``+ correction`` for split zero points)."""
     weight = max((k for k in constants if k.startswith("weight:")), key=constants.__getitem__, default="weight:?")
     zero_point = max((k for k in constants if k.startswith("zero_point:")), key=constants.__getitem__, default="")
-    return weight.split(":")[1] + (f" / zp {zero_point.split(':')[1]}" if zero_point else "")
+    text = weight.split(":")[1] + (f" / zp {zero_point.split(':')[1]}" if zero_point else "")
+    return text + (" + correction" if any(k.startswith("zero_point_correction:") for k in constants) else "")
 
 
 def print_tables(model: str, result: dict[str, Any]) -> None:

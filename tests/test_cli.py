@@ -374,6 +374,10 @@ def test_optimum_intel_config_passes_hqq_through(
     int_dir = tmp_path / "optimum_hqq_int"
     example.compress_with_optimum(tiny_llm[0], int_dir, group_size=64, hqq_params={"zero_point_format": "integer"})
     assert ov.Type.f16 not in zero_point_types(int_dir)
+    split_dir = tmp_path / "optimum_hqq_split"
+    example.compress_with_optimum(tiny_llm[0], split_dir, group_size=64, hqq_params={"zero_point_format": "split"})
+    assert zero_point_types(split_dir) == {ov.Type.u4, ov.Type.u8}
+    generate(split_dir, tiny_llm[1])
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -130,3 +130,23 @@ def test_routers_are_compressed_on_request_and_ignore_patterns_keep_layers_float
     assert [n for n in names if "layers.0.self_attn." in n]
     code, _, err = run_cli(["compress", ir_dir, tmp_path / "typo", "--ignore", "no_such_layer_.*"], capsys)
     assert code == 1 and "no_such_layer_" in err
+
+
+def test_moe_family_with_split_zero_points_keeps_no_float_zero_point_and_generates(
+    tokenizer: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--zero-point split`` on a MoE export: the 3D expert weights, like every other HQQ weight, get u4 zero points
+    and an output correction."""
+    hf_dir = save_tiny_family("qwen3_moe", tmp_path / "hf", tokenizer)
+    out_dir = tmp_path / "int4_split"
+    code, _, err = run_cli(["compress", hf_dir, out_dir, "--group-size", "64", "--zero-point", "split"], capsys)
+    assert code == 0, err
+    model = ov.Core().read_model(out_dir / workflows.MODEL_XML)
+    weights = compressed_weights(model)
+    experts = {name for name, (rank, _) in weights.items() if rank == 4}
+    assert len(experts) == 3 * 2
+    assert all(weights[name][1] == ov.Type.u4 for name in experts)
+    assert ov.Type.f16 not in {zero_point for _, zero_point in weights.values()}
+    corrections = [op for op in model.get_ops() if op.get_friendly_name().endswith("/zero_point_correction")]
+    assert len(corrections) > len(experts)  # the experts and the attention projections HQQ compressed
+    generate(out_dir, tokenizer)

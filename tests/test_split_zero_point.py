@@ -123,6 +123,28 @@ def test_split_takes_both_weight_layouts_moe_experts_and_the_lm_head() -> None:
     assert _relative(run(split, ids), run(float_zp, ids)) < TOLERANCE
 
 
+def tied_model(seed: int = 0, vocab: int = 64, hidden: int = 128) -> ov.Model:
+    """An embedding table read by a Gather and, tied, by the LM head MatMul."""
+    rng = np.random.default_rng(seed)
+    ids = opset.parameter([1, -1], ov.Type.i64, name="input_ids")
+    table = opset.constant(heavy_tailed(rng, (vocab, hidden)), name="embed_tokens")
+    x = opset.gather(table, ids, axis=0)
+    x = opset.matmul(x, opset.constant(heavy_tailed(rng, (hidden, hidden)), name="proj"), False, True)
+    logits = opset.matmul(x, table, False, True, name="lm_head")
+    return ov.Model([opset.result(logits, name="logits")], [ids], "tied")
+
+
+def test_a_weight_tied_to_a_gather_keeps_its_float_zero_point() -> None:
+    """NNCF decompresses a tied table once for both readers; splitting it would take the correction from the Gather."""
+    model = tied_model()
+    float_zp = nncf.compress_weights(model.clone(), mode=MODE.INT8_ASYM, hqq=True)
+    split = nncf.compress_weights(model.clone(), mode=MODE.INT8_ASYM, hqq=True, hqq_params=SPLIT)
+    assert _f16_zero_point_names(float_zp) == ["embed_tokens", "proj"]
+    assert _f16_zero_point_names(split) == ["embed_tokens"]
+    ids = input_ids()
+    assert _relative(run(split, ids), run(float_zp, ids)) < TOLERANCE
+
+
 def test_saved_split_model_loads_bit_exactly(tmp_path: Path) -> None:
     split = nncf.compress_weights(
         siblings_model(), mode=MODE.INT4_ASYM, group_size=32, all_layers=True, hqq=True, hqq_params=SPLIT

@@ -96,13 +96,24 @@ def _through(output: ov.Output, *type_names: str) -> ov.Output:
     return output
 
 
+def _only_consumer_chain(output: ov.Output, *type_names: str) -> ov.Output | None:
+    """``_through``, or None if a node on the way feeds anything else: a weight that is also read elsewhere (an
+    embedding table tied to the LM head feeds a Gather too) must keep its decompression as it is."""
+    while output.get_node().get_type_name() in type_names:
+        if len(output.get_target_inputs()) != 1:
+            return None
+        output = output.get_node().input_value(0)
+    return output if len(output.get_target_inputs()) == 1 else None
+
+
 def float_zero_point_weight(matmul: ov.Node) -> FloatZeroPointWeight | None:
     """The f16-zero-point weight of a MatMul (its input 1, u4/u8 codes), or None for any other MatMul."""
     if matmul.get_attributes().get("transpose_a"):
         return None
-    multiply = _through(matmul.input_value(1), "Convert", "Reshape").get_node()
-    if multiply.get_type_name() != "Multiply":
+    source = _only_consumer_chain(matmul.input_value(1), "Convert", "Reshape")
+    if source is None or source.get_node().get_type_name() != "Multiply":
         return None
+    multiply = source.get_node()
     subtract, scale = multiply.input_value(0).get_node(), _constant(multiply.input_value(1), ov.Type.f16)
     if subtract.get_type_name() != "Subtract" or scale is None:
         return None
@@ -113,7 +124,7 @@ def float_zero_point_weight(matmul: ov.Node) -> FloatZeroPointWeight | None:
     codes = _constant(codes_convert.input_value(0))
     if codes is None or codes.get_output_element_type(0) not in SPLIT_CODE_TYPES:
         return None
-    if any(len(node.output(0).get_target_inputs()) != 1 for node in (zero_point, subtract, multiply)):
+    if any(len(node.output(0).get_target_inputs()) != 1 for node in (zero_point, subtract)):
         return None
     bits = SPLIT_CODE_TYPES[codes.get_output_element_type(0)]
     return FloatZeroPointWeight(codes.get_friendly_name(), matmul, zero_point, scale, bits)
@@ -137,12 +148,12 @@ def _replace_zero_point(weight: FloatZeroPointWeight, integer: np.ndarray) -> No
         target.replace_source_output(converted.output(0))
 
 
-def _f16_constant(values: np.ndarray, element_type: ov.Type) -> ov.Output:
+def _f16_constant(values: np.ndarray, element_type: ov.Type, name: str) -> ov.Output:
     """``values`` as an f16 Constant, converted to ``element_type``. f16 rounds a correction ``|c| <= s / 2`` to
     within ``s / 4096``, finer than the f16 rounding of the zero point it replaces (``z * s`` to ``s / 256`` for
     zero points in [8, 16)). An int8 correction weight with per-row scales (the compressed-FullyConnected kernel)
     measured slower at decode and held less precision."""
-    constant = opset.constant(np.ascontiguousarray(values, dtype=np.float16), dtype=ov.Type.f16)
+    constant = opset.constant(np.ascontiguousarray(values, dtype=np.float16), dtype=ov.Type.f16, name=name)
     return opset.convert(constant, element_type).output(0) if element_type != ov.Type.f16 else constant.output(0)
 
 
@@ -163,11 +174,12 @@ def _add_correction(weight: FloatZeroPointWeight, correction: np.ndarray) -> Non
     groups, group_size = weight.group_shape
     activation = weight.matmul.input_value(0)  # read now: an earlier correction may have replaced its source
     sums = _group_sums(activation, groups, group_size)
+    name = f"{weight.name}/zero_point_correction"
     if groups == 1:  # [..., 1] * [..., 1, out] instead of a MatMul with one inner channel
-        rows = _f16_constant(np.swapaxes(correction, -1, -2), activation.get_element_type())
+        rows = _f16_constant(np.swapaxes(correction, -1, -2), activation.get_element_type(), name)
         product = opset.multiply(sums, rows)
     else:
-        rows = _f16_constant(correction, activation.get_element_type())
+        rows = _f16_constant(correction, activation.get_element_type(), name)
         product = opset.matmul(sums, rows, transpose_a=False, transpose_b=True)
     output = _after_bias(weight.matmul.output(0))
     consumers = list(output.get_target_inputs())
@@ -181,8 +193,8 @@ def split_float_zero_points(model: ov.Model, names: Collection[str] | None = Non
     integer zero points plus an output correction, in place; returns the names of the rewritten weights.
 
     The model computes the same function (to the rounding of the stored corrections). Weights the split cannot take
-    (u2/u3 codes, a MatMul with ``transpose_a``, a zero point or scale shared with other nodes) keep their f16 zero
-    point, logged.
+    (u2/u3 codes, a MatMul with ``transpose_a``, a decompressed weight that also feeds another node, such as an
+    embedding table tied to the LM head) keep their f16 zero point, logged.
     """
     found = []
     for node in model.get_ordered_ops():
