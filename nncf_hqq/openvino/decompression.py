@@ -33,7 +33,7 @@ def float_zero_point_decompression(
 
     :param output_type: element type the original constant had, when a Convert back to it is needed.
     """
-    codes = _codes_constant(compressed.tensor.as_numpy_tensor().data, CODE_TYPES[num_bits], name)
+    codes = codes_constant(compressed.tensor.as_numpy_tensor().data, CODE_TYPES[num_bits], name)
     zero_point = _f16_constant(compressed.zero_point.as_numpy_tensor().data, f"{name}/zero_point")
     scale = _f16_constant(compressed.scale.as_numpy_tensor().data, f"{name}/scale")
     weight = opset.convert(codes, ov.Type.f16)
@@ -46,7 +46,7 @@ def float_zero_point_decompression(
     return weight
 
 
-def _codes_constant(codes: np.ndarray, code_type: ov.Type, name: str) -> ov.Node:
+def codes_constant(codes: np.ndarray, code_type: ov.Type, name: str) -> ov.Node:
     """The codes as a ``code_type`` constant; u4 codes are packed with numpy (two per byte, first one in the low
     nibble, as OpenVINO stores them) instead of going through a Python list, which is slow and memory hungry."""
     if code_type != ov.Type.u4:

@@ -32,7 +32,7 @@ from openvino import opset13 as opset
 
 from nncf_hqq.maths.conversion import split_zero_point
 from nncf_hqq.openvino.decompression import CODE_TYPES
-from nncf_hqq.openvino.decompression import _codes_constant
+from nncf_hqq.openvino.decompression import codes_constant
 
 #: Code types whose integer zero points the CPU plugin runs on its fast kernels (u2 fails there, u3 is decompressed).
 SPLIT_CODE_TYPES = {ov.Type.u4: 4, ov.Type.u8: 8}
@@ -142,7 +142,7 @@ def _group_sums(activation: ov.Output, groups: int, group_size: int) -> ov.Outpu
 def _replace_zero_point(weight: FloatZeroPointWeight, integer: np.ndarray) -> None:
     """The f16 zero-point Constant becomes an integer one (the codes' type) converted to f16, as NNCF writes it."""
     code_type = CODE_TYPES[weight.bits]
-    constant = _codes_constant(integer.astype(np.uint8), code_type, weight.zero_point.get_friendly_name())
+    constant = codes_constant(integer.astype(np.uint8), code_type, weight.zero_point.get_friendly_name())
     converted = opset.convert(constant, ov.Type.f16)
     for target in list(weight.zero_point.output(0).get_target_inputs()):
         target.replace_source_output(converted.output(0))
