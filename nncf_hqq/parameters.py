@@ -19,7 +19,8 @@ class ZeroPointFormat(str, Enum):
     INTEGER: u4/u8 like NNCF's RTN (fastest OpenVINO kernels); HQQ then optimises under that constraint.
     SPLIT: HQQ's float zero point written as the nearest integer one (u4/u8, RTN's fast kernels) plus an exact
         correction of the layer's output from the sums of its input over each group (``nncf_hqq.openvino.split``):
-        the float zero point's model at nearly the integer zero point's speed. OpenVINO backend only.
+        the float zero point's model on the integer zero point's kernels, plus the corrections' cost
+        (docs/inference.md). OpenVINO backend only.
     """
 
     FLOAT = "float"
