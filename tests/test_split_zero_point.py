@@ -13,7 +13,9 @@ from nncf.tensor import Tensor
 from openvino import opset13 as opset
 
 import nncf_hqq
+from nncf_hqq._nncf import CompressedWeight
 from nncf_hqq.maths.conversion import split_zero_point
+from nncf_hqq.openvino.decompression import float_zero_point_decompression
 from nncf_hqq.openvino.split import float_zero_point_weight
 from nncf_hqq.openvino.split import split_float_zero_points
 from tests.ov_models import heavy_tailed
@@ -143,6 +145,36 @@ def test_a_weight_tied_to_a_gather_keeps_its_float_zero_point() -> None:
     assert _f16_zero_point_names(split) == ["embed_tokens"]
     ids = input_ids()
     assert _relative(run(split, ids), run(float_zp, ids)) < TOLERANCE
+
+
+def _hand_written_matmul(activation_shape: ov.PartialShape, bits: int = 4) -> ov.Node:
+    """One MatMul whose ``[16, 32]`` weight is the f16-zero-point subgraph HQQ writes (groups of 8)."""
+    rng = np.random.default_rng(0)
+    compressed = CompressedWeight(
+        Tensor(rng.integers(0, 2**bits, size=(16, 4, 8)).astype(np.uint8)),
+        Tensor(rng.uniform(0.01, 0.1, size=(16, 4, 1)).astype(np.float32)),
+        Tensor(rng.uniform(0, 2**bits - 1, size=(16, 4, 1)).astype(np.float32)),
+    )
+    weight = float_zero_point_decompression(compressed, bits, (16, 32), "w", 1, ov.Type.f32)
+    x = opset.parameter(activation_shape, ov.Type.f32, name="x")
+    return opset.matmul(x, weight, False, True)
+
+
+@pytest.mark.parametrize(
+    "shape, bits, found",
+    [
+        (ov.PartialShape([1, -1, 32]), 4, True),
+        (ov.PartialShape([1, -1, 32]), 8, True),
+        (ov.PartialShape([1, -1, 32]), 3, False),
+        (ov.PartialShape.dynamic(), 4, False),
+    ],
+    ids=["u4", "u8", "u3_codes", "dynamic_rank_input"],
+)
+def test_which_matmuls_the_split_takes(shape: ov.PartialShape, bits: int, found: bool) -> None:
+    weight = float_zero_point_weight(_hand_written_matmul(shape, bits))
+    assert (weight is not None) == found
+    if found:
+        assert weight.name == "w" and weight.group_shape == (4, 8) and weight.bits == bits
 
 
 def test_saved_split_model_loads_bit_exactly(tmp_path: Path) -> None:

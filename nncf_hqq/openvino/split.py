@@ -108,7 +108,7 @@ def _only_consumer_chain(output: ov.Output, *type_names: str) -> ov.Output | Non
 
 def float_zero_point_weight(matmul: ov.Node) -> FloatZeroPointWeight | None:
     """The f16-zero-point weight of a MatMul (its input 1, u4/u8 codes), or None for any other MatMul."""
-    if matmul.get_attributes().get("transpose_a"):
+    if matmul.get_attributes().get("transpose_a") or matmul.input_value(0).get_partial_shape().rank.is_dynamic:
         return None
     source = _only_consumer_chain(matmul.input_value(1), "Convert", "Reshape")
     if source is None or source.get_node().get_type_name() != "Multiply":
@@ -193,8 +193,8 @@ def split_float_zero_points(model: ov.Model, names: Collection[str] | None = Non
     integer zero points plus an output correction, in place; returns the names of the rewritten weights.
 
     The model computes the same function (to the rounding of the stored corrections). Weights the split cannot take
-    (u2/u3 codes, a MatMul with ``transpose_a``, a decompressed weight that also feeds another node, such as an
-    embedding table tied to the LM head) keep their f16 zero point, logged.
+    (u2/u3 codes, a MatMul with ``transpose_a`` or an input of unknown rank, a decompressed weight that also feeds
+    another node, such as an embedding table tied to the LM head) keep their f16 zero point, logged.
     """
     found = []
     for node in model.get_ordered_ops():
