@@ -136,13 +136,22 @@ def tied_model(seed: int = 0, vocab: int = 64, hidden: int = 128) -> ov.Model:
     return ov.Model([opset.result(logits, name="logits")], [ids], "tied")
 
 
-def test_a_weight_tied_to_a_gather_keeps_its_float_zero_point() -> None:
-    """NNCF decompresses a tied table once for both readers; splitting it would take the correction from the Gather."""
+@pytest.mark.parametrize(
+    "mode, group_size", [(MODE.INT8_ASYM, None), (MODE.INT4_ASYM, 16)], ids=["int8_per_channel", "int4_g16"]
+)
+def test_a_table_tied_to_the_lm_head_gets_the_correction_on_its_lookup(
+    mode: nncf.CompressWeightsMode, group_size: int | None
+) -> None:
+    """NNCF decompresses a tied table once for the Gather and the LM head MatMul: the split corrects both readers."""
     model = tied_model()
-    float_zp = nncf.compress_weights(model.clone(), mode=MODE.INT8_ASYM, hqq=True)
-    split = nncf.compress_weights(model.clone(), mode=MODE.INT8_ASYM, hqq=True, hqq_params=SPLIT)
+    kwargs = {"mode": mode, "hqq": True}
+    if group_size is not None:
+        kwargs.update(group_size=group_size, all_layers=True, ratio=1.0, backup_mode=nncf.BackupMode.NONE)
+    float_zp = nncf.compress_weights(model.clone(), **kwargs)
+    split = nncf.compress_weights(model.clone(), hqq_params=SPLIT, **kwargs)
     assert _f16_zero_point_names(float_zp) == ["embed_tokens", "proj"]
-    assert _f16_zero_point_names(split) == ["embed_tokens"]
+    assert _f16_zero_point_names(split) == []
+    assert "embed_tokens/lookup_correction" in {op.get_friendly_name() for op in split.get_ops()}
     ids = input_ids()
     assert _relative(run(split, ids), run(float_zp, ids)) < TOLERANCE
 

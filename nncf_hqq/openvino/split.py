@@ -47,6 +47,8 @@ class FloatZeroPointWeight:
     zero_point: ov.Node  # the f16 zero-point Constant
     scale: ov.Node
     bits: int
+    #: Gathers that read the same decompressed weight as a table (an embedding tied to this LM head).
+    lookups: tuple[ov.Node, ...] = ()
 
     @property
     def transposed(self) -> bool:
@@ -96,24 +98,42 @@ def _through(output: ov.Output, *type_names: str) -> ov.Output:
     return output
 
 
-def _only_consumer_chain(output: ov.Output, *type_names: str) -> ov.Output | None:
-    """``_through``, or None if a node on the way feeds anything else: a weight that is also read elsewhere (an
-    embedding table tied to the LM head feeds a Gather too) must keep its decompression as it is."""
-    while output.get_node().get_type_name() in type_names:
+def _row_lookup(target: ov.Input) -> bool:
+    """Whether ``target`` is the table input of a Gather of whole rows (axis 0, no batch dims, static rank)."""
+    node = target.get_node()
+    if node.get_type_name() != "Gather" or target.get_index() != 0 or node.get_attributes().get("batch_dims"):
+        return False
+    axis = _constant(node.input_value(2))
+    return axis is not None and int(axis.get_data()) == 0 and node.get_output_partial_shape(0).rank.is_static
+
+
+def _weight_chain(matmul: ov.Node) -> tuple[ov.Output, tuple[ov.Node, ...]] | None:
+    """The output the MatMul's weight input comes from through Convert/Reshape, and the row lookups (Gathers) that
+    read the decompressed weight too; None if anything else reads it on the way, which must then keep its
+    decompression as it is."""
+    weight = matmul.input_value(1)
+    others = [t for t in weight.get_target_inputs() if t.get_node() != matmul]
+    if not all(_row_lookup(target) for target in others):
+        return None
+    lookups = tuple(target.get_node() for target in others)
+    output = weight
+    while output.get_node().get_type_name() in ("Convert", "Reshape"):
+        output = output.get_node().input_value(0)
         if len(output.get_target_inputs()) != 1:
             return None
-        output = output.get_node().input_value(0)
-    return output if len(output.get_target_inputs()) == 1 else None
+    return output, lookups
 
 
 def float_zero_point_weight(matmul: ov.Node) -> FloatZeroPointWeight | None:
     """The f16-zero-point weight of a MatMul (its input 1, u4/u8 codes), or None for any other MatMul."""
     if matmul.get_attributes().get("transpose_a") or matmul.input_value(0).get_partial_shape().rank.is_dynamic:
         return None
-    source = _only_consumer_chain(matmul.input_value(1), "Convert", "Reshape")
-    if source is None or source.get_node().get_type_name() != "Multiply":
+    chain = _weight_chain(matmul)
+    if chain is None or chain[0].get_node().get_type_name() != "Multiply":
         return None
-    multiply = source.get_node()
+    multiply, lookups = chain[0].get_node(), chain[1]
+    if lookups and not matmul.get_attributes().get("transpose_b"):
+        return None  # a table's rows are the MatMul's output channels only for a [out, in] weight
     subtract, scale = multiply.input_value(0).get_node(), _constant(multiply.input_value(1), ov.Type.f16)
     if subtract.get_type_name() != "Subtract" or scale is None:
         return None
@@ -127,7 +147,7 @@ def float_zero_point_weight(matmul: ov.Node) -> FloatZeroPointWeight | None:
     if any(len(node.output(0).get_target_inputs()) != 1 for node in (zero_point, subtract)):
         return None
     bits = SPLIT_CODE_TYPES[codes.get_output_element_type(0)]
-    return FloatZeroPointWeight(codes.get_friendly_name(), matmul, zero_point, scale, bits)
+    return FloatZeroPointWeight(codes.get_friendly_name(), matmul, zero_point, scale, bits, lookups)
 
 
 def _group_sums(activation: ov.Output, groups: int, group_size: int) -> ov.Output:
@@ -188,13 +208,33 @@ def _add_correction(weight: FloatZeroPointWeight, correction: np.ndarray) -> Non
         target.replace_source_output(corrected.output(0))
 
 
+def _add_lookup_correction(weight: FloatZeroPointWeight, lookup: ov.Node, correction: np.ndarray) -> None:
+    """A Gather of the weight's rows gets the same correction: the correction's rows, gathered by the same indices,
+    added to every channel of their group."""
+    groups, group_size = weight.group_shape
+    gathered = lookup.output(0)
+    consumers = list(gathered.get_target_inputs())
+    table = _f16_constant(correction, gathered.get_element_type(), f"{weight.name}/lookup_correction")
+    picked = opset.gather(table, lookup.input_value(1), np.array(0, dtype=np.int64))  # [..., groups]
+    if groups == 1:
+        corrected = opset.add(gathered, picked)
+    else:
+        rank = gathered.get_partial_shape().rank.get_length()
+        grouped = opset.reshape(gathered, np.array([0] * (rank - 1) + [groups, group_size]), special_zero=True)
+        summed = opset.add(grouped, opset.unsqueeze(picked, np.array(-1, dtype=np.int64)))
+        corrected = opset.reshape(summed, np.array([0] * (rank - 1) + [groups * group_size]), special_zero=True)
+    for target in consumers:
+        target.replace_source_output(corrected.output(0))
+
+
 def split_float_zero_points(model: ov.Model, names: Collection[str] | None = None) -> list[str]:
     """Rewrites the f16-zero-point weights of ``model`` (all, or those whose codes constant is in ``names``) as
     integer zero points plus an output correction, in place; returns the names of the rewritten weights.
 
     The model computes the same function (to the rounding of the stored corrections). Weights the split cannot take
     (u2/u3 codes, a MatMul with ``transpose_a`` or an input of unknown rank, a decompressed weight that also feeds
-    another node, such as an embedding table tied to the LM head) keep their f16 zero point, logged.
+    a node other than a row lookup) keep their f16 zero point, logged. A table tied to an LM head (a Gather of its
+    rows) gets the same correction on the lookup's side.
     """
     found = []
     for node in model.get_ordered_ops():
@@ -211,6 +251,9 @@ def split_float_zero_points(model: ov.Model, names: Collection[str] | None = Non
             weight.bits,
         )
         _replace_zero_point(weight, integer.data)
-        _add_correction(weight, weight.correction_rows(correction.data))
+        rows = weight.correction_rows(correction.data)
+        _add_correction(weight, rows)
+        for lookup in weight.lookups:
+            _add_lookup_correction(weight, lookup, rows)
     model.validate_nodes_and_infer_types()
     return done
