@@ -154,9 +154,14 @@ def _group_sums(activation: ov.Output, groups: int, group_size: int) -> ov.Outpu
     """``x`` summed over each group's channels: ``[..., in] -> [..., groups]`` (``[..., 1]`` per channel)."""
     if groups == 1:
         return opset.reduce_sum(activation, np.array([-1], dtype=np.int64), keep_dims=True).output(0)
-    rank = activation.get_partial_shape().rank.get_length()
-    grouped = opset.reshape(activation, np.array([0] * (rank - 1) + [groups, group_size]), special_zero=True)
+    grouped = _reshape_tail(activation, 1, [groups, group_size])
     return opset.reduce_sum(grouped, np.array([-1], dtype=np.int64), keep_dims=False).output(0)
+
+
+def _reshape_tail(output: ov.Output, replaced: int, tail: list[int]) -> ov.Output:
+    """``output`` with its last ``replaced`` axes reshaped to ``tail``, the leading axes kept as they are."""
+    kept = output.get_partial_shape().rank.get_length() - replaced
+    return opset.reshape(output, np.array([0] * kept + tail), special_zero=True).output(0)
 
 
 def _replace_zero_point(weight: FloatZeroPointWeight, integer: np.ndarray) -> None:
@@ -217,14 +222,13 @@ def _add_lookup_correction(weight: FloatZeroPointWeight, lookup: ov.Node, correc
     table = _f16_constant(correction, gathered.get_element_type(), f"{weight.name}/lookup_correction")
     picked = opset.gather(table, lookup.input_value(1), np.array(0, dtype=np.int64))  # [..., groups]
     if groups == 1:
-        corrected = opset.add(gathered, picked)
+        corrected = opset.add(gathered, picked).output(0)
     else:
-        rank = gathered.get_partial_shape().rank.get_length()
-        grouped = opset.reshape(gathered, np.array([0] * (rank - 1) + [groups, group_size]), special_zero=True)
+        grouped = _reshape_tail(gathered, 1, [groups, group_size])
         summed = opset.add(grouped, opset.unsqueeze(picked, np.array(-1, dtype=np.int64)))
-        corrected = opset.reshape(summed, np.array([0] * (rank - 1) + [groups * group_size]), special_zero=True)
+        corrected = _reshape_tail(summed.output(0), 2, [groups * group_size])
     for target in consumers:
-        target.replace_source_output(corrected.output(0))
+        target.replace_source_output(corrected)
 
 
 def split_float_zero_points(model: ov.Model, names: Collection[str] | None = None) -> list[str]:
