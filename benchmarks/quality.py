@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import nncf
+import numpy as np
 import openvino as ov
 from _sequential import evaluate_against
 from _sequential import reference_log_probs
@@ -43,6 +44,11 @@ from nncf_hqq.llm.models import minilm_ov_dir
 from nncf_hqq.llm.models import qwen_ov_dir
 from nncf_hqq.llm.models import shared_path
 from nncf_hqq.llm.models import smollm2_ov_dir
+from nncf_hqq.llm.sanity import generation_bos_token_id
+from nncf_hqq.self_calibration import SELF_CALIBRATION_DEFAULT
+from nncf_hqq.self_calibration import SelfCalibration
+from nncf_hqq.self_calibration import calibration_inputs
+from nncf_hqq.self_calibration import generate_sequences
 
 WIKITEXT = "data/wikitext-2-raw/wiki.test.raw"
 SHAKESPEARE = "data/tinyshakespeare/input.txt"
@@ -109,6 +115,13 @@ ROWS: dict[str, HQQParameters | None] = {
     "default_no_unit_gain": dataclasses.replace(HQQ_DEFAULT, unit_gain=False),
     "awq_se": None,
     "awq_se_hqq": HQQ_DEFAULT,
+    "awq_se_hqq_no_guard": dataclasses.replace(HQQ_DEFAULT, output_guard=False),
+    # self-calibrated: the same pipelines on text the float model generated (``nncf_hqq.self_calibration``)
+    "self_awq": None,
+    "self_awq_se": None,
+    "self_awq_se_hqq": HQQ_DEFAULT,
+    "self_awq_se_hqq_no_guard": dataclasses.replace(HQQ_DEFAULT, output_guard=False),
+    "self_se_hqq": HQQ_DEFAULT,
 }
 
 #: Other modes: NNCF's symmetric ones (RTN and HQQ) and HQQ's asymmetric low-bit modes.
@@ -141,6 +154,12 @@ ROW_OPTIONS: dict[str, dict[str, Any]] = {
     "awq_df_hqq_shrink": {"awq": True},
     "awq_se": {"awq": True, "scale_estimation": True, "calibrated": True},
     "awq_se_hqq": {"awq": True, "scale_estimation": True, "calibrated": True},
+    "awq_se_hqq_no_guard": {"awq": True, "scale_estimation": True, "calibrated": True},
+    "self_awq": {"awq": True, "self_calibrated": True},
+    "self_awq_se": {"awq": True, "scale_estimation": True, "self_calibrated": True},
+    "self_awq_se_hqq": {"awq": True, "scale_estimation": True, "self_calibrated": True},
+    "self_awq_se_hqq_no_guard": {"awq": True, "scale_estimation": True, "self_calibrated": True},
+    "self_se_hqq": {"scale_estimation": True, "self_calibrated": True},
     **{f"int{b}_sym_{m}": {"mode": nncf.CompressWeightsMode(f"int{b}_sym")} for b in (4, 3, 2) for m in ("rtn", "hqq")},
     **{f"int{b}_asym_hqq": {"mode": LowBitMode(f"int{b}_asym")} for b in (3, 2)},
     **{name: {"mode": nncf.CompressWeightsMode.INT4_SYM} for name in SYMMETRIC_VARIANTS},
@@ -155,6 +174,26 @@ MODELS: dict[str, tuple[Callable[[], Path], int]] = {
 
 #: Calibration windows of the ``calibrated`` rows (``--calibration-samples``).
 CALIBRATION_SAMPLES = {"samples": 128}
+#: How the ``self_calibrated`` rows' text is generated (``--self-*`` options; the start token: the model's BOS).
+SELF_CALIBRATION: dict[str, Any] = {"params": SELF_CALIBRATION_DEFAULT, "seconds": {}}
+
+
+def self_calibration_samples(ir_dir: Path) -> list[dict[str, Any]]:
+    """The ``self_calibrated`` rows' samples: sequences the float model generates (cached on disk by settings, so
+    that every row and run of a setting calibrates on the same text; the generation time is recorded once)."""
+    params: SelfCalibration = SELF_CALIBRATION["params"]
+    bos = generation_bos_token_id(ir_dir) if SELF_CALIBRATION.get("start") != "random" else None
+    if params.start_token_ids is None and bos is not None:
+        params = params.replace(start_token_ids=(bos,))
+    key = "_".join(f"{k}{v}" for k, v in dataclasses.asdict(params).items()).replace(" ", "")
+    path = cache_dir() / "self_calibration" / ir_dir.name / f"{key}.npy"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        start = time.perf_counter()
+        sequences = generate_sequences(ov.Core().read_model(ir_xml(ir_dir)), params)
+        SELF_CALIBRATION["seconds"][str(path.name)] = time.perf_counter() - start
+        np.save(path, sequences)
+    return calibration_inputs(np.load(path))
 
 
 def compress(
@@ -170,6 +209,8 @@ def compress(
         # the calibrated rows share NNCF's cached activation statistics (collected once per model and count)
         statistics = cache_dir() / "statistics" / f"{ir_dir.name}_{count}x256"
         options["advanced_parameters"] = nncf.AdvancedCompressionParameters(statistics_path=str(statistics))
+    if options.pop("self_calibrated", False):
+        options["dataset"] = nncf.Dataset(self_calibration_samples(ir_dir))
     start = time.perf_counter()
     model = nncf.compress_weights(
         model,
@@ -236,8 +277,25 @@ def main() -> None:
         help="one compressed model in memory at a time, FP log-probs cached on disk (needed for qwen on 23 GB)",
     )
     parser.add_argument("--calibration-samples", type=int, default=128, help="windows for the calibrated rows")
+    parser.add_argument("--self-samples", type=int, default=SELF_CALIBRATION_DEFAULT.num_samples)
+    parser.add_argument("--self-seq-len", type=int, default=SELF_CALIBRATION_DEFAULT.seq_len)
+    parser.add_argument("--self-temperature", type=float, default=SELF_CALIBRATION_DEFAULT.temperature)
+    parser.add_argument("--self-top-p", type=float, default=SELF_CALIBRATION_DEFAULT.top_p)
+    parser.add_argument("--self-seed", type=int, default=SELF_CALIBRATION_DEFAULT.seed)
+    parser.add_argument(
+        "--self-start", choices=("bos", "random"), default="bos", help="start token: the model's BOS or random"
+    )
     args = parser.parse_args()
     CALIBRATION_SAMPLES["samples"] = args.calibration_samples
+    SELF_CALIBRATION["params"] = SELF_CALIBRATION_DEFAULT.replace(
+        num_samples=args.self_samples,
+        seq_len=args.self_seq_len,
+        temperature=args.self_temperature,
+        top_p=args.self_top_p,
+        seed=args.self_seed,
+    )
+    if args.self_start == "random":
+        SELF_CALIBRATION["start"] = "random"
 
     get_dir, default_group = MODELS[args.model]
     group_size = args.group_size or default_group
@@ -272,6 +330,11 @@ def main() -> None:
         "group_size": group_size,
         "windows": windows,
         "calibration_samples": args.calibration_samples,
+        "self_calibration": {
+            **dataclasses.asdict(SELF_CALIBRATION["params"]),
+            "start": args.self_start,
+            "generation_seconds": SELF_CALIBRATION["seconds"],
+        },
         "rows": {
             r: {
                 "hqq_params": dataclasses.asdict(p) if p else None,

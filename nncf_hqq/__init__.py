@@ -5,7 +5,8 @@ Importing this package teaches ``nncf.compress_weights`` the ``hqq=`` and ``hqq_
     import nncf, nncf_hqq
     model = nncf.compress_weights(ov_model, mode=nncf.CompressWeightsMode.INT4_ASYM, group_size=64, hqq=True)
 
-and, with ``hqq=True``, the asymmetric low-bit modes ``nncf_hqq.LowBitMode.INT2_ASYM`` / ``INT3_ASYM``.
+and, with ``hqq=True``, the asymmetric low-bit modes ``nncf_hqq.LowBitMode.INT2_ASYM`` / ``INT3_ASYM``; and
+``dataset="self"``: calibration text the model generates itself (``nncf_hqq.self_calibration``).
 """
 
 from __future__ import annotations
@@ -23,20 +24,26 @@ from nncf_hqq.parameters import EarlyStopScope
 from nncf_hqq.parameters import HQQParameters
 from nncf_hqq.parameters import LowBitMode
 from nncf_hqq.parameters import ZeroPointFormat
+from nncf_hqq.self_calibration import SELF_CALIBRATION_DEFAULT
+from nncf_hqq.self_calibration import SelfCalibration
+from nncf_hqq.self_calibration import self_calibration_dataset
 
 __version__ = "0.1.0"
 
 __all__ = [
     "HQQ_DEFAULT",
     "HQQ_REFERENCE",
+    "SELF_CALIBRATION_DEFAULT",
     "AdvancedCompressionParameters",
     "AttentionRole",
     "EarlyStopScope",
     "HQQParameters",
     "LowBitMode",
+    "SelfCalibration",
     "ZeroPointFormat",
     "compress_weights",
     "moe_gate_matmuls",
+    "self_calibration_dataset",
 ]
 
 

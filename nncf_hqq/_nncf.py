@@ -8,7 +8,7 @@ The internal names used:
 - the weight-compression data types (``CompressedWeight``, ``WeightCompressionConfig``,
   ``WeightCompressionParameters``), NNCF's ``WeightCompression`` algorithm and its backends
   (``WeightCompressionAlgoBackend``, ``OVWeightCompressionAlgoBackend``), the graph (``NNCFGraph``),
-  ``process_stats`` and ``track``;
+  ``process_stats``, ``ScaleEstimation`` (the output-error guard's reference) and ``track``;
 - three call sites that are replaced for the duration of one ``compress_weights`` call: the ``WeightCompression``
   class that NNCF's OpenVINO (or Torch) ``compress_weights`` instantiates, the ``track`` that names the progress bar
   of the weight-compression step, and the OpenVINO backend's ``compress_weight`` (so that precomputed codes are
@@ -47,6 +47,7 @@ from nncf.quantization.algorithms.weight_compression.config import WeightCompres
 from nncf.quantization.algorithms.weight_compression.config import WeightCompressionParameters
 from nncf.quantization.algorithms.weight_compression.openvino_backend import OVWeightCompressionAlgoBackend
 from nncf.quantization.algorithms.weight_compression.parameters import CompressedWeight
+from nncf.quantization.algorithms.weight_compression.scale_estimation import ScaleEstimation
 from nncf.tensor.functions.openvino_numeric import DTYPE_MAP as OV_DTYPE_MAP
 
 if TYPE_CHECKING:
@@ -116,6 +117,7 @@ __all__ = [
     "PTWeightCompressionAlgoBackend",
     "QuantizationScheme",
     "SQMultiply",
+    "ScaleEstimation",
     "TargetType",
     "TransformationLayout",
     "WeightCompression",
@@ -186,6 +188,7 @@ _TORCH_INTERNALS = {
             "INT8AsymmetricWeightsDecompressor",
             "INT8SymmetricWeightsDecompressor",
             "SQMultiply",
+    "ScaleEstimation",
         )
     },
     **{name: "nncf.torch.quantization.quantize_functions" for name in ("pack_int4", "pack_uint4", "unpack_uint4")},

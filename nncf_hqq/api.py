@@ -27,8 +27,14 @@ from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import HQQParameters
 from nncf_hqq.parameters import LowBitMode
 from nncf_hqq.parameters import ZeroPointFormat
+from nncf_hqq.self_calibration import SELF_CALIBRATION_DEFAULT
+from nncf_hqq.self_calibration import SelfCalibration
+from nncf_hqq.self_calibration import self_calibration_dataset
 
 TModel = TypeVar("TModel")
+
+#: ``dataset=SELF_DATASET``: calibration text the model generates itself (``nncf_hqq.self_calibration``).
+SELF_DATASET = "self"
 
 #: The modes HQQ writes on PyTorch models: NNCF's Torch backend has decompressors for 4- and 8-bit codes.
 TORCH_MODES = (
@@ -55,7 +61,7 @@ def compress_weights(
     group_size: int | None = None,
     ignored_scope: IgnoredScope | None = None,
     all_layers: bool | None = None,
-    dataset: Dataset | None = None,
+    dataset: Dataset | SelfCalibration | str | None = None,
     sensitivity_metric: SensitivityMetric | None = None,
     subset_size: int = 128,
     awq: bool | None = None,
@@ -79,6 +85,9 @@ def compress_weights(
     model): INT4_ASYM, INT8_ASYM, INT4_SYM, INT8_SYM; a transformers model can then be saved with
     ``save_pretrained`` and loaded back after ``import nncf_hqq.torch`` (``nncf_hqq.torch.checkpoint``).
 
+    :param dataset: NNCF's calibration dataset; or ``"self"`` (or an ``nncf_hqq.SelfCalibration``): the float
+        model (a stateful OpenVINO LLM) first generates its own calibration text (``nncf_hqq.self_calibration``),
+        with or without ``hqq``. Recommended with ``awq=True, scale_estimation=True, hqq=True``.
     :param hqq: whether to use HQQ.
     :param hqq_params: HQQ's hyper-parameters: an ``HQQParameters``, or a dict of fields to change in the
         recommended configuration (``HQQParameters()``). They can also be given as
@@ -107,6 +116,15 @@ def compress_weights(
         "advanced_parameters": advanced_parameters,
     }
     low_bit = low_bit_mode(mode)
+    self_calibration = self_calibration_request(dataset)
+    if self_calibration is not None and is_torch_model(model):
+        msg = (
+            "Self-calibration (dataset='self') generates with an OpenVINO model; for a PyTorch model pass an "
+            "nncf.Dataset of real inputs."
+        )
+        raise nncf.UnsupportedBackendError(msg)
+    if self_calibration is not None:
+        validate_data_is_used(nncf_arguments)
     if not hqq:
         for name, value in (("hqq_params", hqq_params), ("target_parameters", target_parameters)):
             if value is not None:
@@ -115,6 +133,7 @@ def compress_weights(
         if low_bit is not None:
             msg = f"mode={low_bit.name} is written by HQQ only (NNCF has no such mode); pass hqq=True."
             raise nncf.ValidationError(msg)
+        nncf_arguments["dataset"] = calibration_dataset(model, self_calibration, dataset)
         return original_compress_weights(model, **nncf_arguments)
     params = resolve_hqq_parameters(hqq_params, advanced_parameters)
     torch_model = is_torch_model(model)
@@ -130,8 +149,15 @@ def compress_weights(
             "keeps its f16 zero points."
         )
         raise nncf.ValidationError(msg)
-    subset_size = (advanced_parameters or NNCFAdvancedCompressionParameters()).scale_estimation_params.subset_size
-    hqq_algorithm = HQQ(params, mode, low_bit.num_bits if low_bit is not None else None, subset_size)
+    scale_estimation_params = (advanced_parameters or NNCFAdvancedCompressionParameters()).scale_estimation_params
+    hqq_algorithm = HQQ(
+        params,
+        mode,
+        low_bit.num_bits if low_bit is not None else None,
+        scale_estimation_params.subset_size,
+        scale_estimation_params,
+    )
+    nncf_arguments["dataset"] = calibration_dataset(model, self_calibration, dataset)
     with weight_compression_with_hqq(hqq_algorithm, torch_model, target_parameters):
         compressed = original_compress_weights(model, **nncf_arguments)
     if torch_model:
@@ -139,6 +165,42 @@ def compress_weights(
 
         describe_compressed_model(compressed)
     return compressed
+
+
+def self_calibration_request(dataset: object) -> SelfCalibration | None:
+    """The self-calibration a ``dataset`` argument asks for: ``"self"`` (``SELF_CALIBRATION_DEFAULT``) or a
+    ``SelfCalibration``; None for an ``nncf.Dataset`` or None. Any other string is an error."""
+    if isinstance(dataset, SelfCalibration):
+        return dataset
+    if isinstance(dataset, str):
+        if dataset != SELF_DATASET:
+            msg = (
+                f"dataset={dataset!r} is not a dataset; pass an nncf.Dataset, {SELF_DATASET!r} (calibration text the "
+                "model generates itself) or an nncf_hqq.SelfCalibration."
+            )
+            raise nncf.ValidationError(msg)
+        return SELF_CALIBRATION_DEFAULT
+    return None
+
+
+def validate_data_is_used(nncf_arguments: dict[str, Any]) -> None:
+    """Self-calibration generates text for minutes on a large model: refuse it when no step of the call uses data
+    (AWQ, Scale Estimation, GPTQ, LoRA correction, or mixed precision with ``ratio`` < 1)."""
+    data_aware = [n for n in ("awq", "scale_estimation", "gptq", "lora_correction") if nncf_arguments[n]]
+    ratio = nncf_arguments["ratio"]
+    if not data_aware and (ratio is None or ratio >= 1.0):
+        msg = (
+            "dataset='self' generates calibration text, but no step of this call uses data: add awq=True and "
+            "scale_estimation=True (recommended), gptq=True, lora_correction=True or ratio < 1, or drop the dataset."
+        )
+        raise nncf.ValidationError(msg)
+
+
+def calibration_dataset(model: Any, self_calibration: SelfCalibration | None, dataset: Any) -> Dataset | None:
+    """The ``nncf.Dataset`` NNCF gets: ``dataset`` itself, or the model's self-generated one."""
+    if self_calibration is None:
+        return dataset  # type: ignore[no-any-return]
+    return self_calibration_dataset(model, self_calibration)
 
 
 def is_torch_model(model: object) -> bool:

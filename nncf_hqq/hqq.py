@@ -10,6 +10,7 @@ backend (``HQQAlgoBackend``).
 
 from __future__ import annotations
 
+import dataclasses
 from abc import abstractmethod
 from collections.abc import Callable
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ from nncf.tensor import TensorDataType
 from nncf.tensor import functions as fns
 
 from nncf_hqq._nncf import CompressedWeight
+from nncf_hqq._nncf import ScaleEstimation
 from nncf_hqq._nncf import NNCFGraph
 from nncf_hqq._nncf import WeightCompressionAlgoBackend
 from nncf_hqq._nncf import WeightCompressionConfig
@@ -36,6 +38,7 @@ from nncf_hqq.kernels import proximal
 from nncf_hqq.kernels import refine
 from nncf_hqq.kernels import symmetric
 from nncf_hqq.maths.conversion import to_compressed_weight
+from nncf_hqq.maths.guard import choose_per_row
 from nncf_hqq.maths.conversion import to_symmetric_compressed_weight
 from nncf_hqq.maths.solver import hqq_solve
 from nncf_hqq.maths.solver import refine_scale_on_activations
@@ -149,6 +152,7 @@ class HQQ:
         mode: CompressWeightsMode = CompressWeightsMode.INT4_ASYM,
         num_bits: int | None = None,
         subset_size: int = 32,
+        scale_estimation_params: Any | None = None,
     ) -> None:
         """
         :param params: HQQ's hyper-parameters.
@@ -159,6 +163,8 @@ class HQQ:
             every layer of the primary precision then gets HQQ's parameters with an f16 zero point.
         :param subset_size: calibration samples per layer used by ``compress_on_activations`` (NNCF's Scale
             Estimation ``subset_size``).
+        :param scale_estimation_params: NNCF's ``AdvancedScaleEstimationParameters`` of the call: the settings of
+            the Scale Estimation the output-error guard compares with (NNCF's defaults when None).
         """
         if mode not in SUPPORTED_MODES:
             msg = f"HQQ supports the modes {', '.join(m.name for m in SUPPORTED_MODES)}; got {mode}."
@@ -170,6 +176,9 @@ class HQQ:
         self.mode = mode
         self.num_bits = num_bits
         self.subset_size = subset_size
+        self.scale_estimation_params = scale_estimation_params
+        #: Output rows each candidate gave, by weight name (HQQ, NNCF's Scale Estimation, RTN): the guard's record.
+        self.guard_rows: dict[str, list[int]] = {}
 
     def bits(self, config: WeightCompressionConfig) -> int:
         """Bits of the codes HQQ writes for a weight compressed with ``config``."""
@@ -375,7 +384,34 @@ class HQQ:
             if node_statistics is None and not self.writes_all_layers and self.keeps_rtn(role):
                 continue  # NNCF's own RTN, bit for bit (with statistics: RTN refined on them)
             planned[wp.weight_name] = _PlannedWeight(wp, role, node_statistics)
+        if statistics is not None and self.params.output_guard:
+            planned = self.with_scale_estimation_references(planned, model, graph, statistics, backend_entity)
         return HQQCompressedWeights(self, planned, model, graph, backend_entity)
+
+    def with_scale_estimation_references(
+        self,
+        planned: dict[str, _PlannedWeight],
+        model: Any,
+        graph: NNCFGraph,
+        statistics: Mapping[str, Any],
+        backend_entity: HQQAlgoBackend,
+    ) -> dict[str, _PlannedWeight]:
+        """``planned`` with NNCF's own Scale Estimation result (scales and zero points) for every weight that has
+        calibration statistics: the output-error guard's reference, computed as NNCF would at this point."""
+        with_statistics = [p.params for p in planned.values() if p.statistics is not None]
+        if not with_statistics:
+            return planned
+        se = self.scale_estimation_params
+        algorithm = (
+            ScaleEstimation(self.subset_size)
+            if se is None
+            else ScaleEstimation(se.subset_size, se.initial_steps, se.scale_steps, se.weight_penalty)
+        )
+        references = algorithm.apply(model, graph, with_statistics, dict(statistics), backend_entity)
+        return {
+            name: dataclasses.replace(p, reference=references.get(name)) if p.statistics is not None else p
+            for name, p in planned.items()
+        }
 
     def compress_planned(
         self, planned: _PlannedWeight, model: Any, graph: NNCFGraph, backend_entity: HQQAlgoBackend
@@ -399,7 +435,42 @@ class HQQ:
             return self.compress(weight, axis, config, importance, planned.role)
         activation_axis, _ = backend_entity.get_activation_channel_axis_and_shape(graph, wp.node_with_weight)
         _, activations = process_stats(planned.statistics, self.subset_size, act_ch_axis=activation_axis)
-        return self.compress_on_activations(weight, axis, config, activations, importance, planned.role)
+        if not self.params.output_guard:
+            return self.compress_on_activations(weight, axis, config, activations, importance, planned.role)
+        candidate = self.compress_on_activations(weight, axis, config, activations, importance, None)
+        result, self.guard_rows[wp.weight_name] = self.guard_on_outputs(
+            weight, axis, config, activations, candidate, planned.reference
+        )
+        return result
+
+    def guard_on_outputs(
+        self,
+        weight: Tensor,
+        axis: int,
+        config: WeightCompressionConfig,
+        activations: Tensor,
+        candidate: CompressedWeight,
+        reference: CompressedWeight | None,
+    ) -> tuple[CompressedWeight, list[int]]:
+        """Every output row from whichever of ``candidate`` (HQQ's), ``reference`` (NNCF's Scale Estimation scales
+        and zero points, when given) and NNCF's round-to-nearest has the least output error on ``activations``
+        (``maths.guard.choose_per_row``); also returns the rows each gave, in that order (0 for a missing
+        reference)."""
+        bits = self.bits(config)
+        weight = as_float32_numpy(weight)
+        grouped, grouped_axis = split_into_groups(weight, axis, config.group_size)
+        symmetric = candidate.zero_point is None
+        if symmetric:
+            rtn = to_symmetric_compressed_weight(grouped, symmetric_init(grouped, grouped_axis, bits), bits)
+        else:
+            rtn = to_compressed_weight(grouped, *rtn_scale_zero_point(grouped, grouped_axis, bits), bits, True)
+        candidates = [candidate, rtn]
+        has_reference = reference is not None and reference.scale is not None
+        if has_reference:
+            candidates.insert(1, encoded_reference(grouped, reference, bits, symmetric))
+        inputs = as_float32_numpy(activations)
+        result, counts = choose_per_row(weight, candidates, inputs, axis, config.group_size != -1)
+        return result, counts if has_reference else [counts[0], 0, counts[1]]
 
 
 @dataclass(frozen=True)
@@ -409,6 +480,7 @@ class _PlannedWeight:
     params: WeightCompressionParameters
     role: AttentionRole | None
     statistics: Any
+    reference: CompressedWeight | None = None
 
 
 class HQQCompressedWeights(Mapping[str, CompressedWeight]):
@@ -461,6 +533,15 @@ class HQQAlgoBackend(WeightCompressionAlgoBackend):
     @abstractmethod
     def attention_role(self, wp: WeightCompressionParameters) -> AttentionRole | None:
         """The attention input the weight's MatMul produces, or None."""
+
+
+def encoded_reference(grouped: Tensor, reference: CompressedWeight, bits: int, symmetric: bool) -> CompressedWeight:
+    """NNCF's Scale Estimation result (a scale, and an integer zero point unless ``symmetric``, without codes) as a
+    compressed weight: the nearest codes of the grouped weight for those parameters."""
+    scale = as_float32_numpy(reference.scale)
+    if symmetric:
+        return to_symmetric_compressed_weight(grouped, scale, bits)
+    return to_compressed_weight(grouped, scale, as_float32_numpy(reference.zero_point), bits, True)
 
 
 def as_numpy(weight: Tensor) -> np.ndarray:

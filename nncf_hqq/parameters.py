@@ -127,6 +127,10 @@ class HQQParameters:
         zero point) instead of HQQ, e.g. ``("value",)``; found in the OpenVINO graph, data-free.
     :param scale_estimation_rounds: with ``scale_estimation=True`` (calibration data), rounds of data-aware scale
         refinement that start from HQQ's result and keep its zero points (see ``solver.refine_scale_on_activations``).
+    :param output_guard: with ``scale_estimation=True`` (calibration data), every output channel of a layer takes
+        whichever of HQQ's result, NNCF's Scale Estimation result and NNCF's round-to-nearest reproduces the layer's
+        outputs on the calibration inputs best (``nncf_hqq.maths.guard``), so that no layer's output error there is
+        above NNCF's. HQQ then also competes on the attention roles in ``rtn_roles`` (the outputs decide).
     """
 
     lp_norm: float = 0.7
@@ -146,6 +150,7 @@ class HQQParameters:
     scale_estimation_rounds: int = 4
     unit_gain: bool = True
     rtn_roles: tuple[AttentionRole, ...] = (AttentionRole.VALUE,)
+    output_guard: bool = True
 
     def __post_init__(self) -> None:
         _check_number("lp_norm", self.lp_norm, lambda v: 0.0 < v <= 1.0, "in (0, 1]")
@@ -164,6 +169,7 @@ class HQQParameters:
             "preserve_extremes",
             "weighted_proximal",
             "unit_gain",
+            "output_guard",
         ):
             if not isinstance(getattr(self, name), bool):
                 msg = f"HQQParameters.{name} must be a bool, got {getattr(self, name)!r}."
@@ -233,4 +239,5 @@ HQQ_REFERENCE = HQQParameters(
     importance=Importance.NONE,
     unit_gain=False,
     rtn_roles=(),
+    output_guard=False,
 )

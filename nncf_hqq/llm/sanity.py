@@ -30,15 +30,23 @@ BOS_GAIN = 1.5
 _TOKENIZER_HINT = "the model's own tokenizer (--tokenizer DIR)"
 
 
-def config_bos_token_id(model_dir: Path | None) -> int | None:
-    """``bos_token_id`` of the ``config.json`` in ``model_dir`` (None when there is none)."""
+def config_bos_token_id(model_dir: Path | None, files: tuple[str, ...] = ("config.json",)) -> int | None:
+    """``bos_token_id`` of the first of ``files`` in ``model_dir`` that gives one (None when none does)."""
     if model_dir is None:
         return None
-    try:
-        value = json.loads((model_dir / "config.json").read_text()).get("bos_token_id")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return value if isinstance(value, int) else None
+    for name in files:
+        try:
+            value = json.loads((model_dir / name).read_text()).get("bos_token_id")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def generation_bos_token_id(model_dir: Path | None) -> int | None:
+    """The token generation starts from: ``bos_token_id`` of ``generation_config.json``, else of ``config.json``."""
+    return config_bos_token_id(model_dir, ("generation_config.json", "config.json"))
 
 
 def tokens_per_character_warning(n_tokens: int, n_characters: int, what: str) -> str | None:

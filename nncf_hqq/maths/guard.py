@@ -1,0 +1,85 @@
+"""The output-error guard: per output channel, the candidate compression that reproduces a layer's outputs on
+calibration inputs best.
+
+A layer's output ``y = W x`` splits over its output channels: row ``o`` of the output depends on row ``o`` of
+the weight only. So among several compressions of the same weight with the same layout (same groups, same bits),
+taking every row from the candidate with the smallest error ``||(W - W_hat)[o] X||^2`` gives the least output
+error the candidates allow, row by row and hence for the whole layer. No candidate's output error on ``X`` is
+below the chosen one's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from nncf.tensor import Tensor
+from nncf.tensor import TensorDataType
+from nncf.tensor import functions as fns
+
+from nncf_hqq._nncf import CompressedWeight
+from nncf_hqq.maths.conversion import decompress
+
+
+def row_output_errors(weight: Tensor, reconstruction: Tensor, activations: Tensor, axis: int) -> Tensor:
+    """Squared output error of every output row, ``sum_t ((W - W_hat)[..., o, :] X[..., :, t])^2``, ``[..., out]``.
+
+    :param weight: the float weight, reduction (input) axis ``axis``; ``[out, in]``, ``[in, out]`` or, for batched
+        experts, ``[experts, out, in]`` / ``[experts, in, out]``.
+    :param reconstruction: the compressed weight decompressed to the weight's shape.
+    :param activations: calibration inputs ``[..., in, samples]`` (``[in, samples]`` broadcasts over experts).
+    """
+    difference = fns.moveaxis(weight.astype(TensorDataType.float32) - reconstruction, axis % weight.ndim, -1)
+    errors = fns.matmul(difference, activations.astype(TensorDataType.float32))
+    return fns.sum(errors * errors, axis=-1)
+
+
+def row_mask(best: Tensor, index: int, weight_ndim: int, axis: int, grouped: bool) -> Tensor:
+    """Where row-wise choice ``best == index`` holds, shaped to broadcast against the grouped layout of a
+    compressed weight (codes ``[.., groups, group_size, ..]`` or ``[.., channels, ..]``, parameters with size 1
+    there)."""
+    mask = fns.expand_dims(best == index, axis % weight_ndim)
+    return fns.expand_dims(mask, axis % weight_ndim + 1) if grouped else mask
+
+
+def choose_per_row(
+    weight: Tensor,
+    candidates: Sequence[CompressedWeight],
+    activations: Tensor,
+    axis: int,
+    grouped: bool,
+) -> tuple[CompressedWeight, list[int]]:
+    """The candidates mixed row by row, each output row from the candidate of least output error on
+    ``activations`` (the first on ties), and how many rows each candidate gave.
+
+    Candidates share the weight's grouped layout (``grouped``: groups along ``axis``, else per channel). A result
+    taken from one candidate only is that candidate, zero-point type included; a mix of float and integer zero
+    points has float32 ones.
+    """
+    errors = [
+        row_output_errors(weight, decompress(c).reshape(tuple(weight.shape)), activations, axis) for c in candidates
+    ]
+    best = fns.argmin(fns.stack(errors), axis=0)
+    counts = [int(fns.count_nonzero(best == i).item()) for i in range(len(candidates))]
+    if max(counts) == sum(counts):
+        return candidates[counts.index(max(counts))], counts
+    result = candidates[0]
+    zero_dtype = _common_zero_point_dtype(candidates)
+    for index in range(1, len(candidates)):
+        if counts[index] == 0:
+            continue
+        mask = row_mask(best, index, weight.ndim, axis, grouped)
+        other = candidates[index]
+        zero_point = None
+        if result.zero_point is not None and other.zero_point is not None:
+            zero_point = fns.where(mask, other.zero_point.astype(zero_dtype), result.zero_point.astype(zero_dtype))
+        result = CompressedWeight(
+            fns.where(mask, other.tensor, result.tensor), fns.where(mask, other.scale, result.scale), zero_point
+        )
+    return result, counts
+
+
+def _common_zero_point_dtype(candidates: Sequence[CompressedWeight]) -> TensorDataType | None:
+    dtypes = {c.zero_point.dtype for c in candidates if c.zero_point is not None}
+    if not dtypes:
+        return None
+    return dtypes.pop() if len(dtypes) == 1 else TensorDataType.float32
