@@ -176,9 +176,12 @@ MODELS: dict[str, tuple[Callable[[], Path], int]] = {
 CALIBRATION_SAMPLES = {"samples": 128}
 #: How the ``self_calibrated`` rows' text is generated (``--self-*`` options; the start token: the model's BOS).
 SELF_CALIBRATION: dict[str, Any] = {"params": SELF_CALIBRATION_DEFAULT, "seconds": {}}
+#: ``--fresh-statistics``: collect the activation statistics in every row (compression times then compare);
+#: otherwise the rows calibrated on the same data share NNCF's cached statistics.
+FRESH_STATISTICS = {"fresh": False}
 
 
-def self_calibration_samples(ir_dir: Path) -> list[dict[str, Any]]:
+def self_calibration_samples(ir_dir: Path) -> tuple[list[dict[str, Any]], str]:
     """The ``self_calibrated`` rows' samples: sequences the float model generates (cached on disk by settings, so
     that every row and run of a setting calibrates on the same text; the generation time is recorded once)."""
     params: SelfCalibration = SELF_CALIBRATION["params"]
@@ -193,7 +196,7 @@ def self_calibration_samples(ir_dir: Path) -> list[dict[str, Any]]:
         sequences = generate_sequences(ov.Core().read_model(ir_xml(ir_dir)), params)
         SELF_CALIBRATION["seconds"][str(path.name)] = time.perf_counter() - start
         np.save(path, sequences)
-    return calibration_inputs(np.load(path))
+    return calibration_inputs(np.load(path)), path.stem
 
 
 def compress(
@@ -207,10 +210,15 @@ def compress(
         samples = calibration_samples(load_tokenizer(ir_dir), shared_path(SHAKESPEARE), count)
         options["dataset"] = nncf.Dataset(samples)
         # the calibrated rows share NNCF's cached activation statistics (collected once per model and count)
-        statistics = cache_dir() / "statistics" / f"{ir_dir.name}_{count}x256"
-        options["advanced_parameters"] = nncf.AdvancedCompressionParameters(statistics_path=str(statistics))
+        if not FRESH_STATISTICS["fresh"]:
+            statistics = cache_dir() / "statistics" / f"{ir_dir.name}_{count}x256"
+            options["advanced_parameters"] = nncf.AdvancedCompressionParameters(statistics_path=str(statistics))
     if options.pop("self_calibrated", False):
-        options["dataset"] = nncf.Dataset(self_calibration_samples(ir_dir))
+        samples, key = self_calibration_samples(ir_dir)
+        options["dataset"] = nncf.Dataset(samples)
+        if not FRESH_STATISTICS["fresh"]:
+            statistics = cache_dir() / "statistics" / f"{ir_dir.name}_self_{key}"
+            options["advanced_parameters"] = nncf.AdvancedCompressionParameters(statistics_path=str(statistics))
     start = time.perf_counter()
     model = nncf.compress_weights(
         model,
@@ -285,7 +293,13 @@ def main() -> None:
     parser.add_argument(
         "--self-start", choices=("bos", "random"), default="bos", help="start token: the model's BOS or random"
     )
+    parser.add_argument(
+        "--fresh-statistics",
+        action="store_true",
+        help="collect activation statistics in every calibrated row (no shared cache): compression times compare",
+    )
     args = parser.parse_args()
+    FRESH_STATISTICS["fresh"] = args.fresh_statistics
     CALIBRATION_SAMPLES["samples"] = args.calibration_samples
     SELF_CALIBRATION["params"] = SELF_CALIBRATION_DEFAULT.replace(
         num_samples=args.self_samples,
@@ -330,6 +344,7 @@ def main() -> None:
         "group_size": group_size,
         "windows": windows,
         "calibration_samples": args.calibration_samples,
+        "fresh_statistics": args.fresh_statistics,
         "self_calibration": {
             **dataclasses.asdict(SELF_CALIBRATION["params"]),
             "start": args.self_start,

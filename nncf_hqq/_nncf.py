@@ -188,7 +188,7 @@ _TORCH_INTERNALS = {
             "INT8AsymmetricWeightsDecompressor",
             "INT8SymmetricWeightsDecompressor",
             "SQMultiply",
-    "ScaleEstimation",
+            "ScaleEstimation",
         )
     },
     **{name: "nncf.torch.quantization.quantize_functions" for name in ("pack_int4", "pack_uint4", "unpack_uint4")},

@@ -199,7 +199,7 @@ def validate_data_is_used(nncf_arguments: dict[str, Any]) -> None:
 def calibration_dataset(model: Any, self_calibration: SelfCalibration | None, dataset: Any) -> Dataset | None:
     """The ``nncf.Dataset`` NNCF gets: ``dataset`` itself, or the model's self-generated one."""
     if self_calibration is None:
-        return dataset  # type: ignore[no-any-return]
+        return dataset
     return self_calibration_dataset(model, self_calibration)
 
 

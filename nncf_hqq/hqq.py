@@ -28,8 +28,8 @@ from nncf.tensor import TensorDataType
 from nncf.tensor import functions as fns
 
 from nncf_hqq._nncf import CompressedWeight
-from nncf_hqq._nncf import ScaleEstimation
 from nncf_hqq._nncf import NNCFGraph
+from nncf_hqq._nncf import ScaleEstimation
 from nncf_hqq._nncf import WeightCompressionAlgoBackend
 from nncf_hqq._nncf import WeightCompressionConfig
 from nncf_hqq._nncf import WeightCompressionParameters
@@ -38,8 +38,8 @@ from nncf_hqq.kernels import proximal
 from nncf_hqq.kernels import refine
 from nncf_hqq.kernels import symmetric
 from nncf_hqq.maths.conversion import to_compressed_weight
-from nncf_hqq.maths.guard import choose_per_row
 from nncf_hqq.maths.conversion import to_symmetric_compressed_weight
+from nncf_hqq.maths.guard import choose_per_row
 from nncf_hqq.maths.solver import hqq_solve
 from nncf_hqq.maths.solver import refine_scale_on_activations
 from nncf_hqq.maths.solver import rtn_scale_zero_point

@@ -81,7 +81,11 @@ def compressed_dir(tiny_llm: tuple[Path, Any], tmp_path_factory: pytest.TempPath
         (["compress", "m.xml", "out", "--mode", "nf4"], "invalid choice: 'nf4'"),
         (["compress", "m", "out", "--mode", "int4_sym", "--zero-point", "int"], "int4_sym has no zero point"),
         (["compress", "missing/model.xml", "out"], "does not exist"),
-        (["compress", "m", "out", "--scale-estimation"], "--scale-estimation needs calibration data"),
+        (
+            ["compress", "m", "out", "--scale-estimation", "--no-self-calibration"],
+            "--scale-estimation needs calibration data",
+        ),
+        (["compress", "m", "out", "--self-calibration-samples", "0"], "--self-calibration-samples must be positive"),
         (["compress", "m", "out", "--ratio", "1.5"], "--ratio must be in (0, 1]"),
         (["compress", "m", "out", "--group-size", "0"], "--group-size must be"),
         (["compress", "m", "out", "--zero-point", "int", "--no-hqq"], "cannot be combined with --no-hqq"),
@@ -195,21 +199,37 @@ def test_compressed_ir_dir_loads_with_optimum_intel_and_generates(
     assert {"generation_config.json", workflows.RECORD_NAME} <= names
     record = json.loads((compressed_dir / workflows.RECORD_NAME).read_text())
     assert record["options"]["mode"] == "int4_asym" and record["options"]["hqq"] is True
-    # decoder layers: HQQ (f16 zero points), but the attention value projections keep RTN (u4, HQQ_DEFAULT's
-    # rtn_roles); embeddings and lm_head: the INT8_ASYM backup (RTN, u8 zero points)
-    assert zero_point_types(compressed_dir) == {ov.Type.f16, ov.Type.u4, ov.Type.u8}
+    # self-calibrated (no --dataset): 32 generated sequences from the BOS token of the model's config
+    assert record["self_calibration"]["num_samples"] == 32 and record["self_calibration"]["start_token_ids"] == [1]
+    assert record["options"]["awq"] is True and record["options"]["scale_estimation"] is True
+    # decoder layers: HQQ's f16 zero points (the output guard may give whole layers to NNCF's u4 ones);
+    # embeddings and lm_head: the INT8_ASYM backup (RTN, u8 zero points)
+    assert {ov.Type.f16, ov.Type.u8} <= zero_point_types(compressed_dir) <= {ov.Type.f16, ov.Type.u4, ov.Type.u8}
     generate(compressed_dir, tiny_llm[1])
+
+
+def test_compress_says_why_it_does_not_self_calibrate(
+    tiny_llm: tuple[Path, Any],  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = run_cli(["compress", tiny_llm[0], tmp_path / "out", "--mode", "int8_asym"], capsys)
+    assert code == 0, out
+    assert "Self-calibration not used: int8_asym is compressed without data" in err
+    record = json.loads((tmp_path / "out" / workflows.RECORD_NAME).read_text())
+    assert record["self_calibration"] is None and record["options"]["awq"] is False
 
 
 @pytest.mark.parametrize(
     ("extra", "expected"),
     [
         (["--zero-point", "int"], {ov.Type.u4}),
-        (["--zero-point", "float"], {ov.Type.f16, ov.Type.u4}),  # value projections keep RTN (rtn_roles)
+        # data-free: the value projections keep RTN (rtn_roles)
+        (["--zero-point", "float", "--no-self-calibration"], {ov.Type.f16, ov.Type.u4}),
         (["--zero-point", "split"], {ov.Type.u4}),
         (["--no-hqq"], {ov.Type.u4}),
         (["--mode", "INT8_ASYM"], {ov.Type.f16, ov.Type.u8}),
-        (["--awq"], {ov.Type.f16, ov.Type.u4}),
+        (["--awq", "--no-self-calibration"], {ov.Type.f16, ov.Type.u4}),
         (["--mode", "int4_sym"], set()),
     ],
     ids=["int_zero_point", "float_zero_point", "split_zero_point", "rtn", "int8", "data_free_awq", "int4_sym"],

@@ -49,8 +49,12 @@ def test_each_row_comes_from_the_candidate_that_reproduces_it() -> None:
 
 def test_a_single_winner_is_returned_as_it_is_integer_zero_point_kept() -> None:
     weight = Tensor(np.array([[1.0, 2.0]], dtype=np.float32))
-    good = _candidate(np.array([[[1, 2]]], dtype=np.uint8), np.ones((1, 1, 1), np.float32), np.zeros((1, 1, 1), np.int32))
-    bad = _candidate(np.array([[[0, 0]]], dtype=np.uint8), np.ones((1, 1, 1), np.float32), np.zeros((1, 1, 1), np.float32))
+    good = _candidate(
+        np.array([[[1, 2]]], dtype=np.uint8), np.ones((1, 1, 1), np.float32), np.zeros((1, 1, 1), np.int32)
+    )
+    bad = _candidate(
+        np.array([[[0, 0]]], dtype=np.uint8), np.ones((1, 1, 1), np.float32), np.zeros((1, 1, 1), np.float32)
+    )
     mixed, counts = choose_per_row(weight, [bad, good], Tensor(np.ones((2, 3), np.float32)), axis=1, grouped=True)
     assert counts == [0, 1] and mixed is good
 
@@ -84,13 +88,18 @@ def test_mixed_rows_have_the_least_output_error_of_all_candidates(seed: int, lay
 
 
 def _statistics(rng: np.random.Generator, channels: int, samples: int) -> WCTensorStatistic:
-    means = [Tensor(rng.standard_normal(channels).astype(np.float32) * rng.uniform(0.2, 3.0, channels).astype(np.float32)) for _ in range(samples)]
+    means = [
+        Tensor(rng.standard_normal(channels).astype(np.float32) * rng.uniform(0.2, 3.0, channels).astype(np.float32))
+        for _ in range(samples)
+    ]
     return WCTensorStatistic(mean_values=means, shape_values=[(1, 16, channels)] * samples)
 
 
 @pytest.mark.parametrize("mode", [CompressWeightsMode.INT4_ASYM, CompressWeightsMode.INT4_SYM], ids=["asym", "sym"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_no_row_is_worse_than_nncfs_scale_estimation_on_the_same_statistics(mode: CompressWeightsMode, seed: int) -> None:
+def test_no_row_is_worse_than_nncfs_scale_estimation_on_the_same_statistics(
+    mode: CompressWeightsMode, seed: int
+) -> None:
     rng = np.random.default_rng(seed)
     weight = Tensor(heavy_tailed(rng, (48, 128)))
     config = WeightCompressionConfig(mode=mode, group_size=32)
@@ -99,7 +108,9 @@ def test_no_row_is_worse_than_nncfs_scale_estimation_on_the_same_statistics(mode
     _, activations = process_stats(statistics, 24)
     hqq = HQQ(HQQ_DEFAULT, mode)
     candidate = hqq.compress_on_activations(weight, 1, config, activations)
-    guarded, counts = hqq.guard_on_outputs(weight, 1, config, activations, candidate, CompressedWeight(None, scale, zero_point))
+    guarded, counts = hqq.guard_on_outputs(
+        weight, 1, config, activations, candidate, CompressedWeight(None, scale, zero_point)
+    )
     assert sum(counts) == 48
     grouped, _ = split_into_groups(weight, 1, 32)
     from nncf_hqq.hqq import encoded_reference

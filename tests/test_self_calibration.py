@@ -143,7 +143,7 @@ def test_dataset_holds_one_stateful_prefill_per_sequence(tiny_llm: tuple[Path, A
 
 def test_a_model_that_cannot_generate_is_refused_before_anything_runs() -> None:
     model = transformer_like()
-    with pytest.raises(nncf.ValidationError, match="generative, stateful OpenVINO LLM.*no KV cache"):
+    with pytest.raises(nncf.ValidationError, match=r"generative, stateful OpenVINO LLM.*no KV cache"):
         sc.generate_sequences(model, TINY)
     with pytest.raises(nncf.ValidationError, match="Encoders"):
         nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT4_ASYM, dataset="self", awq=True, hqq=True)
@@ -209,3 +209,10 @@ def test_torch_models_are_refused_with_self_calibration() -> None:
     torch = pytest.importorskip("torch")
     with pytest.raises(nncf.UnsupportedBackendError, match="PyTorch model"):
         nncf.compress_weights(torch.nn.Linear(64, 8), mode=nncf.CompressWeightsMode.INT4_ASYM, dataset="self", hqq=True)
+
+
+def test_the_command_line_says_an_encoder_is_compressed_data_free() -> None:
+    from nncf_hqq.llm import workflows
+
+    obstacle = workflows.self_calibration_obstacle(workflows.CompressionOptions(), transformer_like())
+    assert obstacle is not None and "cannot generate" in obstacle and "--dataset" in obstacle

@@ -32,6 +32,7 @@ from nncf_hqq.llm import evaluation
 from nncf_hqq.llm import workflows
 from nncf_hqq.llm.workflows import MODES
 from nncf_hqq.llm.workflows import CompressionOptions
+from nncf_hqq.self_calibration import SELF_CALIBRATION_DEFAULT
 
 PROG = "nncf-hqq"
 
@@ -91,7 +92,26 @@ def _add_compress_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backup-mode", type=str.lower, choices=sorted(workflows.BACKUP_MODES), help="default: int8_asym")
     p.add_argument("--awq", action="store_true", help="AWQ (data-aware with --dataset, otherwise data-free)")
     p.add_argument("--scale-estimation", action="store_true", help="Scale Estimation (needs --dataset)")
-    p.add_argument("--dataset", metavar="TEXT_FILE", type=Path, help="calibration text (random 256-token windows)")
+    p.add_argument(
+        "--dataset",
+        metavar="TEXT_FILE",
+        type=Path,
+        help="calibration text (random 256-token windows); default for int4 LLMs: text the model generates itself",
+    )
+    p.add_argument(
+        "--no-self-calibration",
+        action="store_true",
+        help="without --dataset, compress data-free instead of calibrating on text the model generates (AWQ + Scale "
+        "Estimation + HQQ)",
+    )
+    p.add_argument(
+        "--self-calibration-samples",
+        metavar="N",
+        type=int,
+        default=SELF_CALIBRATION_DEFAULT.num_samples,
+        help=f"sequences of {SELF_CALIBRATION_DEFAULT.seq_len} tokens the model generates for self-calibration "
+        f"(default {SELF_CALIBRATION_DEFAULT.num_samples})",
+    )
     p.add_argument("--subset-size", type=int, default=128, help="calibration samples (default 128)")
     p.add_argument("--tokenizer", metavar="DIR", type=Path, help="tokenizer dir for --dataset (default: MODEL's)")
     p.add_argument("--zero-point", choices=sorted(workflows.ZERO_POINT_FORMATS), help="HQQ zero point (default float)")
@@ -212,8 +232,10 @@ def check_compress_arguments(args: argparse.Namespace) -> None:
         raise UsageError(f"--subset-size must be positive, got {args.subset_size}")
     if args.zero_point is not None and args.no_hqq:
         raise UsageError("--zero-point sets HQQ's zero point; it cannot be combined with --no-hqq")
-    if args.scale_estimation and args.dataset is None:
+    if args.scale_estimation and args.dataset is None and (args.no_self_calibration or args.no_hqq):
         raise UsageError("--scale-estimation needs calibration data: add --dataset TEXT_FILE")
+    if args.self_calibration_samples <= 0:
+        raise UsageError(f"--self-calibration-samples must be positive, got {args.self_calibration_samples}")
     if args.dataset is not None and not args.dataset.is_file():
         raise UsageError(f"--dataset {args.dataset} is not a file")
     if args.tokenizer is not None and not args.tokenizer.is_dir():
@@ -279,9 +301,11 @@ def run_compress(args: argparse.Namespace) -> int:
         if args.out.resolve() == source.xml.parent.resolve():
             raise UsageError("OUT must differ from the directory of the source model (its weights are read from there)")
         dataset = _dataset(args, source) if args.dataset is not None else None
-        _info(f"Compressing {source.xml} ({_describe_options(options, dataset is not None)})")
         compress_start = time.perf_counter()
         model = workflows.read_model(source.xml)
+        if dataset is None and not args.no_self_calibration:
+            options = _self_calibration(args, options, model, source.files_dir)
+        _info(f"Compressing {source.xml} ({_describe_options(options, dataset is not None)})")
         if not options.quantize_routers and (gates := workflows.moe_gate_matmuls(model)):
             _info(f"MoE: {len(gates)} routers / gates kept in float (--quantize-routers compresses them)")
         model = workflows.compress_model(model, options, dataset)
@@ -289,7 +313,7 @@ def run_compress(args: argparse.Namespace) -> int:
         _info(f"compression: {compress_seconds:.1f} s")
         record = _compress_record(args, options, compress_seconds)
         copied = workflows.save_model_dir(model, args.out, source.files_dir, record)
-    _out(f"Wrote {args.out / workflows.MODEL_XML} ({_describe_options(options, args.dataset is not None)})")
+    _out(f"Wrote {args.out / workflows.MODEL_XML} ({_describe_options(options, dataset is not None)})")
     if copied:
         _out(f"Copied from the source: {', '.join(copied)}")
     else:
@@ -305,6 +329,8 @@ def run_compress_torch(args: argparse.Namespace, options: CompressionOptions) ->
     if source.is_dir() and args.out.resolve() == source.resolve():
         raise UsageError("OUT must differ from the directory of the source model (its weights are read from there)")
     dataset = None
+    if args.dataset is None and not args.no_self_calibration and options.hqq:
+        _info("Self-calibration not used: it generates with OpenVINO; --backend torch is data-free without --dataset")
     if args.dataset is not None:
         tokenizer_dir = args.tokenizer or (source if source.is_dir() else None)
         if tokenizer_dir is None:
@@ -325,6 +351,28 @@ def run_compress_torch(args: argparse.Namespace, options: CompressionOptions) ->
     return 0
 
 
+def _self_calibration(
+    args: argparse.Namespace, options: CompressionOptions, model: Any, files_dir: Path | None
+) -> CompressionOptions:
+    """The options with self-calibration (AWQ + Scale Estimation + HQQ on text the model generates), or the options
+    as they are, with the reason said, when it does not apply."""
+    obstacle = workflows.self_calibration_obstacle(options, model)
+    if obstacle is not None:
+        if args.scale_estimation:
+            raise UsageError(f"--scale-estimation needs calibration data; self-calibration does not apply: {obstacle}")
+        _info(f"Self-calibration not used: {obstacle}")
+        return options
+    options = workflows.self_calibrated(options, files_dir, args.self_calibration_samples)
+    params = options.self_calibration or SELF_CALIBRATION_DEFAULT
+    start = f"BOS token {params.start_token_ids[0]}" if params.start_token_ids else "random tokens (no BOS in config)"
+    _info(
+        f"Self-calibration: the model generates {params.num_samples} sequences of {params.seq_len} tokens from {start} "
+        f"(temperature {params.temperature}, top-p {params.top_p}, seed {params.seed}) for AWQ + Scale Estimation + "
+        "HQQ; --no-self-calibration compresses data-free"
+    )
+    return options
+
+
 def _dataset(args: argparse.Namespace, source: workflows.SourceModel) -> Any:
     tokenizer_dir = args.tokenizer or source.files_dir
     if tokenizer_dir is None:
@@ -341,6 +389,9 @@ def _describe_options(options: CompressionOptions, data_aware: bool) -> str:
     parts = [options.mode, f"group size {options.group_size}" if options.group_size else "NNCF's default group size"]
     if options.ratio is not None:
         parts.append(f"ratio {options.ratio}")
+    if options.self_calibration is not None and not data_aware:
+        parts.append(f"self-calibrated on {options.self_calibration.num_samples} generated sequences")
+        data_aware = True
     if options.awq:
         parts.append("AWQ" if data_aware else "data-free AWQ")
     if options.scale_estimation:
@@ -356,6 +407,7 @@ def _compress_record(args: argparse.Namespace, options: CompressionOptions, seco
         "options": dataclasses.asdict(options),
         "hqq_params": dataclasses.asdict(params) if params is not None else None,
         "dataset": str(args.dataset) if args.dataset is not None else None,
+        "self_calibration": dataclasses.asdict(options.self_calibration) if options.self_calibration else None,
         "compress_seconds": seconds,
         "versions": workflows.versions(),
     }

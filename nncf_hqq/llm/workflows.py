@@ -37,6 +37,9 @@ from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import HQQParameters
 from nncf_hqq.parameters import LowBitMode
 from nncf_hqq.parameters import ZeroPointFormat
+from nncf_hqq.self_calibration import SELF_CALIBRATION_DEFAULT
+from nncf_hqq.self_calibration import SelfCalibration
+from nncf_hqq.self_calibration import check_generative
 
 #: The ``--mode`` choices: the modes HQQ handles (``nncf_hqq.hqq.SUPPORTED_MODES``) by NNCF's names, and the
 #: asymmetric low-bit modes only HQQ writes (``nncf_hqq.LowBitMode``).
@@ -74,6 +77,7 @@ class CompressionOptions:
     """What ``nncf-hqq compress`` asks of ``nncf.compress_weights``; ``None`` means NNCF's default.
 
     :param zero_point: ``"float"`` or ``"int"`` (HQQ's zero-point format); ``None`` keeps ``HQQ_DEFAULT``'s.
+    :param self_calibration: calibrate on text the model generates (used when no dataset is given).
     """
 
     mode: str = "int4_asym"
@@ -87,6 +91,7 @@ class CompressionOptions:
     subset_size: int = 128
     ignore: tuple[str, ...] = ()
     quantize_routers: bool = False
+    self_calibration: SelfCalibration | None = None
 
     def hqq_params(self) -> HQQParameters | None:
         """``HQQ_DEFAULT`` with the requested zero-point format, or None (HQQ_DEFAULT itself / no HQQ)."""
@@ -114,7 +119,7 @@ class CompressionOptions:
             "backup_mode": BACKUP_MODES[self.backup_mode] if self.backup_mode else None,
             "awq": True if self.awq else None,
             "scale_estimation": True if self.scale_estimation else None,
-            "dataset": dataset,
+            "dataset": dataset if dataset is not None else self.self_calibration,
             "subset_size": self.subset_size,
             "hqq": self.hqq,
             "hqq_params": self.hqq_params(),
@@ -130,6 +135,35 @@ def compress_model(model: Any, options: CompressionOptions, dataset: nncf.Datase
     else:
         ignored = nncf.IgnoredScope(patterns=list(options.ignore)) if options.ignore else None
     return nncf_hqq.compress_weights(model, **options.nncf_kwargs(dataset, ignored))
+
+
+#: The modes ``compress`` self-calibrates in (4-bit groups: AWQ and Scale Estimation apply).
+SELF_CALIBRATION_MODES = ("int4_asym", "int4_sym")
+
+
+def self_calibration_obstacle(options: CompressionOptions, model: ov.Model) -> str | None:
+    """Why ``compress`` does not self-calibrate ``model`` with ``options`` (None: it does)."""
+    if not options.hqq:
+        return "--no-hqq compresses with NNCF's plain round to nearest, without data"
+    if options.mode not in SELF_CALIBRATION_MODES:
+        return f"{options.mode} is compressed without data (self-calibration applies to int4_asym and int4_sym)"
+    try:
+        check_generative(model)
+    except (nncf.ValidationError, nncf.UnsupportedBackendError):
+        return (
+            "the model cannot generate (an encoder, or an LLM exported without its KV-cache state), so HQQ compresses "
+            "it data-free; pass --dataset TEXT_FILE to calibrate on real text"
+        )
+    return None
+
+
+def self_calibrated(options: CompressionOptions, files_dir: Path | None, samples: int) -> CompressionOptions:
+    """``options`` with AWQ, Scale Estimation and self-calibration on (``samples`` sequences), generation starting
+    from the model's BOS token (``generation_config.json``/``config.json`` in ``files_dir``; random start tokens
+    when there is none)."""
+    bos = sanity.generation_bos_token_id(files_dir)
+    params = SELF_CALIBRATION_DEFAULT.replace(num_samples=samples, start_token_ids=(bos,) if bos is not None else None)
+    return dataclasses.replace(options, awq=True, scale_estimation=True, self_calibration=params)
 
 
 #: ``--backend`` choices. ``auto`` and ``openvino``: an OpenVINO IR is compressed as it is, a HF model is exported to
