@@ -181,11 +181,26 @@ SELF_CALIBRATION: dict[str, Any] = {"params": SELF_CALIBRATION_DEFAULT, "seconds
 FRESH_STATISTICS = {"fresh": False}
 
 
+#: The user turn of the ``--self-start chat`` rows: generation continues as the model's answer.
+CHAT_PROMPT = "Write a long, detailed text on any topic you like."
+
+
+def chat_start_tokens(ir_dir: Path) -> list[int]:
+    """The model's chat template applied to ``CHAT_PROMPT``, up to the start of the assistant's answer."""
+    tokenizer = load_tokenizer(ir_dir)
+    messages = [{"role": "user", "content": CHAT_PROMPT}]
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return [int(i) for i in tokenizer(text, add_special_tokens=False)["input_ids"]]
+
+
 def self_calibration_samples(ir_dir: Path) -> tuple[list[dict[str, Any]], str]:
     """The ``self_calibrated`` rows' samples: sequences the float model generates (cached on disk by settings, so
     that every row and run of a setting calibrates on the same text; the generation time is recorded once)."""
     params: SelfCalibration = SELF_CALIBRATION["params"]
-    bos = generation_bos_token_id(ir_dir) if SELF_CALIBRATION.get("start") != "random" else None
+    start = SELF_CALIBRATION.get("start", "bos")
+    if start == "chat":
+        params = params.replace(start_token_ids=tuple(chat_start_tokens(ir_dir)))
+    bos = generation_bos_token_id(ir_dir) if start == "bos" else None
     if params.start_token_ids is None and bos is not None:
         params = params.replace(start_token_ids=(bos,))
     key = "_".join(f"{k}{v}" for k, v in dataclasses.asdict(params).items()).replace(" ", "")
@@ -291,7 +306,10 @@ def main() -> None:
     parser.add_argument("--self-top-p", type=float, default=SELF_CALIBRATION_DEFAULT.top_p)
     parser.add_argument("--self-seed", type=int, default=SELF_CALIBRATION_DEFAULT.seed)
     parser.add_argument(
-        "--self-start", choices=("bos", "random"), default="bos", help="start token: the model's BOS or random"
+        "--self-start",
+        choices=("bos", "random", "chat"),
+        default="bos",
+        help="start: the model's BOS token, a random token, or its chat template with a short request",
     )
     parser.add_argument(
         "--fresh-statistics",
@@ -308,8 +326,7 @@ def main() -> None:
         top_p=args.self_top_p,
         seed=args.self_seed,
     )
-    if args.self_start == "random":
-        SELF_CALIBRATION["start"] = "random"
+    SELF_CALIBRATION["start"] = args.self_start
 
     get_dir, default_group = MODELS[args.model]
     group_size = args.group_size or default_group

@@ -418,10 +418,11 @@ def test_demo_on_smollm2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert code == 0, err
     record = json.loads((tmp_path / "demo" / "demo.json").read_text())
     results = record["results"]
-    assert list(results) == ["fp", "rtn", "hqq", "awq", "awq_hqq"]
+    assert list(results) == ["fp", "rtn", "hqq", "awq", "awq_hqq", "self_awq_se_hqq"]
+    assert record["methods"]["self_awq_se_hqq"]["self_calibration"]["start_token_ids"] == [1]
     fp = results["fp"]["ppl"]
     assert 5.0 < fp < 80.0
-    for name in ("rtn", "hqq", "awq", "awq_hqq"):
+    for name in ("rtn", "hqq", "awq", "awq_hqq", "self_awq_se_hqq"):
         assert fp < results[name]["ppl"] < 3 * fp
         assert 0.0 < results[name]["kl"] < 1.0 and 0.5 < results[name]["top1"] < 1.0
         assert record["compress_seconds"][name] > 0

@@ -86,17 +86,26 @@ def test_lora_correction_on_hqq_beats_lora_on_rtn(dataset: nncf.Dataset) -> None
     assert relative_error(lora_hqq) <= relative_error(lora)
 
 
-def test_scale_estimation_with_hqq_differs_from_hqq_alone(dataset: nncf.Dataset) -> None:
-    alone = nncf.compress_weights(transformer_like(moe=False), **INT4, hqq=True)
+@pytest.mark.parametrize("output_guard", [False, True], ids=["hqq-refined", "output-guard"])
+def test_scale_estimation_with_hqq_differs_from_hqq_alone(dataset: nncf.Dataset, output_guard: bool) -> None:
+    params = {"output_guard": output_guard}
+    alone = nncf.compress_weights(transformer_like(moe=False), **INT4, hqq=True, hqq_params=params)
     with_se = nncf.compress_weights(
-        transformer_like(moe=False), **INT4, dataset=dataset, scale_estimation=True, hqq=True
+        transformer_like(moe=False), **INT4, dataset=dataset, scale_estimation=True, hqq=True, hqq_params=params
     )
     scales = {}
     for name, model in (("alone", alone), ("se", with_se)):
         ops = {op.get_friendly_name(): op for op in model.get_ordered_ops() if op.get_type_name() == "Constant"}
         scales[name] = (ops["up_proj/scale"].get_data(), ops["up_proj/zero_point"].get_data())
     assert not np.array_equal(scales["alone"][0], scales["se"][0])
-    np.testing.assert_array_equal(scales["alone"][1], scales["se"][1])  # HQQ's zero points are kept
+    if not output_guard:
+        np.testing.assert_array_equal(scales["alone"][1], scales["se"][1])  # HQQ's zero points are kept
+        return
+    # every output row is HQQ's (its zero points kept) or NNCF's (Scale Estimation or RTN: integer zero points)
+    hqq_rows = (scales["alone"][1] == scales["se"][1]).all(axis=(1, 2))
+    nncf_rows = (scales["se"][1] == np.round(scales["se"][1])).all(axis=(1, 2))
+    assert (hqq_rows | nncf_rows).all()
+    assert hqq_rows.any() and (nncf_rows & ~hqq_rows).any(), "expected both kinds of rows on this model"
 
 
 @pytest.mark.parametrize("layout", ["canonical-3d"], ids=str)

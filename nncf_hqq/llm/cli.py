@@ -70,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
         "compress": "compress a HF model or an OpenVINO IR into a dir that optimum-intel (or, --backend torch, "
         "transformers) loads",
         "evaluate": "perplexity, KL and top-1 agreement of OpenVINO LLMs against a reference",
-        "demo": "RTN vs HQQ vs data-free AWQ (+HQQ) on SmolLM2-135M-Instruct, INT4_ASYM g64",
+        "demo": "RTN vs HQQ vs data-free AWQ (+HQQ) vs self-calibrated AWQ + SE + HQQ on SmolLM2-135M-Instruct, "
+        "INT4_ASYM g64",
     }
     for name, add_arguments, handler in (
         ("compress", _add_compress_arguments, run_compress),

@@ -1,4 +1,6 @@
-"""``nncf-hqq demo``: RTN vs HQQ vs data-free AWQ (with and without HQQ) on the real SmolLM2-135M-Instruct.
+"""``nncf-hqq demo``: RTN vs HQQ vs data-free AWQ (with and without HQQ) vs self-calibrated AWQ + Scale Estimation +
+HQQ (calibrated on text the model generates itself, what ``nncf-hqq compress`` does by default) on the real
+SmolLM2-135M-Instruct.
 
 Every row compresses the same fp32 OpenVINO IR with INT4_ASYM, group size 64, ratio 1 and ``backup_mode=NONE``
 (shared/PROTOCOL.md: embeddings and lm_head stay float, only the decoder's Linear weights differ between rows), and
@@ -30,9 +32,11 @@ from nncf_hqq.llm.workflows import default_text
 from nncf_hqq.llm.workflows import evaluate_against
 from nncf_hqq.llm.workflows import read_model
 from nncf_hqq.llm.workflows import require_matplotlib
+from nncf_hqq.llm.workflows import self_calibrated
 from nncf_hqq.llm.workflows import versions
 from nncf_hqq.llm.workflows import write_json
 from nncf_hqq.llm.workflows import write_png
+from nncf_hqq.self_calibration import SELF_CALIBRATION_DEFAULT
 
 Log = Callable[[str], None]
 
@@ -43,12 +47,16 @@ DEFAULT_OUT = Path("results") / "demo"
 #: PROTOCOL.md's comparison settings for SmolLM2 (hidden 576: group size 64).
 DEMO_BASE = CompressionOptions(mode="int4_asym", group_size=64, ratio=1.0, backup_mode="none")
 
-#: The demo's rows: name -> compression options (data-free: no dataset anywhere).
+#: The demo's rows: name -> compression options (no user data anywhere: the first four are data-free, the last
+#: calibrates on sequences the float model generates, starting from its BOS token).
 DEMO_METHODS: dict[str, CompressionOptions] = {
     "rtn": dataclasses.replace(DEMO_BASE, hqq=False),
     "hqq": DEMO_BASE,
     "awq": dataclasses.replace(DEMO_BASE, hqq=False, awq=True),
     "awq_hqq": dataclasses.replace(DEMO_BASE, awq=True),
+    "self_awq_se_hqq": dataclasses.replace(
+        DEMO_BASE, awq=True, scale_estimation=True, self_calibration=SELF_CALIBRATION_DEFAULT
+    ),
 }
 
 
@@ -130,6 +138,7 @@ def run_demo(
     timer = StepTimer(log)
     with model_cache(cache), timer.step(f"obtain {DEMO_MODEL} (fp32 OpenVINO IR)"):
         ir_dir = models.smollm2_ov_dir()
+    methods = {name: _with_model_start_token(options, ir_dir) for name, options in methods.items()}
     compressed, compress_seconds = {}, {}
     for name, options in track(list(methods.items()), description=f"Compressing {len(methods)} ways"):
         step = f"compress {name}"
@@ -144,6 +153,13 @@ def run_demo(
     title = f"{DEMO_MODEL}, INT4_ASYM g64, {windows} x 512-token windows of {text_path.name}"
     png_path = write_png(out_dir / "demo.png", results, title)
     return DemoResult(results, compress_seconds, timer.seconds, wall, json_path, png_path)
+
+
+def _with_model_start_token(options: CompressionOptions, ir_dir: Path) -> CompressionOptions:
+    """A self-calibrated row's options with generation starting from the model's BOS token."""
+    if options.self_calibration is None:
+        return options
+    return self_calibrated(options, ir_dir, options.self_calibration.num_samples)
 
 
 def _record(

@@ -1,0 +1,107 @@
+"""Total compression time of self-calibration (the model's text generation included) against NNCF's AWQ + Scale
+Estimation on a 128-sample text dataset, side by side in one run.
+
+    python benchmarks/self_calibration_speed.py --model smollm2
+    python benchmarks/self_calibration_speed.py --model qwen --group-size 128
+
+Rows (INT4_ASYM, ratio 1, backup_mode NONE as in shared/PROTOCOL.md; nothing cached between rows: every row
+collects its own activation statistics, the self-calibrated rows generate their own text):
+- ``nncf_awq_se_text128``: NNCF's AWQ + Scale Estimation on 128 random 256-token windows of Tiny Shakespeare
+  (the reference of the target: self-calibration should take no longer);
+- ``self_awq_se``: NNCF's AWQ + Scale Estimation on ``dataset="self"`` (generation included);
+- ``self_awq_se_hqq``: the same with ``hqq=True`` (what ``nncf-hqq compress`` does by default).
+Prints a table and writes JSON with the generation time measured apart and the ratios to the reference.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import nncf
+import openvino as ov
+
+import nncf_hqq
+from nncf_hqq.llm.evaluation import calibration_samples
+from nncf_hqq.llm.evaluation import load_tokenizer
+from nncf_hqq.llm.models import ir_xml
+from nncf_hqq.llm.models import qwen_ov_dir
+from nncf_hqq.llm.models import shared_path
+from nncf_hqq.llm.models import smollm2_ov_dir
+from nncf_hqq.llm.sanity import generation_bos_token_id
+from nncf_hqq.self_calibration import SELF_CALIBRATION_DEFAULT
+from nncf_hqq.self_calibration import generate_sequences
+
+SHAKESPEARE = "data/tinyshakespeare/input.txt"
+MODELS: dict[str, tuple[Callable[[], Path], int]] = {"smollm2": (smollm2_ov_dir, 64), "qwen": (qwen_ov_dir, 128)}
+ROWS = ("nncf_awq_se_text128", "self_awq_se", "self_awq_se_hqq")
+
+
+def compress_seconds(ir_dir: Path, group_size: int, row: str) -> float:
+    """Seconds of one ``compress_weights`` call of ``row`` on a freshly read model (text dataset built first)."""
+    model = ov.Core().read_model(ir_xml(ir_dir))
+    bos = generation_bos_token_id(ir_dir)
+    if row == "nncf_awq_se_text128":
+        dataset: Any = nncf.Dataset(calibration_samples(load_tokenizer(ir_dir), shared_path(SHAKESPEARE), 128))
+    else:
+        dataset = SELF_CALIBRATION_DEFAULT.replace(start_token_ids=(bos,) if bos is not None else None)
+    start = time.perf_counter()
+    nncf.compress_weights(
+        model,
+        mode=nncf.CompressWeightsMode.INT4_ASYM,
+        group_size=group_size,
+        ratio=1.0,
+        backup_mode=nncf.BackupMode.NONE,
+        awq=True,
+        scale_estimation=True,
+        dataset=dataset,
+        hqq=row.endswith("_hqq"),
+    )
+    return time.perf_counter() - start
+
+
+def generation_seconds(ir_dir: Path) -> float:
+    bos = generation_bos_token_id(ir_dir)
+    params = SELF_CALIBRATION_DEFAULT.replace(start_token_ids=(bos,) if bos is not None else None)
+    start = time.perf_counter()
+    generate_sequences(ov.Core().read_model(ir_xml(ir_dir)), params)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=sorted(MODELS), default="smollm2")
+    parser.add_argument("--group-size", type=int, default=None)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    get_dir, default_group = MODELS[args.model]
+    group_size = args.group_size or default_group
+    ir_dir = get_dir()
+    seconds = {row: compress_seconds(ir_dir, group_size, row) for row in ROWS}
+    seconds["generation_alone"] = generation_seconds(ir_dir)
+    reference = seconds["nncf_awq_se_text128"]
+    print(f"{'row':<24}{'seconds':>10}{'vs NNCF AWQ+SE (128 text samples)':>36}")
+    for row, value in seconds.items():
+        print(f"{row:<24}{value:>10.1f}{value / reference:>35.2f}x")
+    out = args.out or Path(f"results/self_calibration_speed_{args.model}_g{group_size}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    record = {
+        "model": args.model,
+        "group_size": group_size,
+        "self_calibration": {k: str(v) for k, v in vars(SELF_CALIBRATION_DEFAULT).items()},
+        "seconds": seconds,
+        "ratio_to_nncf_awq_se_text128": {row: value / reference for row, value in seconds.items()},
+        "versions": {"nncf": nncf.__version__, "openvino": ov.get_version(), "nncf_hqq": nncf_hqq.__version__},
+        "python": platform.python_version(),
+    }
+    out.write_text(json.dumps(record, indent=2))
+    print(f"-> {out}")
+
+
+if __name__ == "__main__":
+    main()
