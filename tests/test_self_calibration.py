@@ -216,3 +216,27 @@ def test_the_command_line_says_an_encoder_is_compressed_data_free() -> None:
 
     obstacle = workflows.self_calibration_obstacle(workflows.CompressionOptions(), transformer_like())
     assert obstacle is not None and "cannot generate" in obstacle and "--dataset" in obstacle
+
+
+@pytest.mark.parametrize(
+    ("files", "expected"),
+    [
+        pytest.param({"generation_config.json": 7, "config.json": 3}, (7,), id="generation-config-first"),
+        pytest.param({"config.json": 3}, (3,), id="config-alone"),
+        pytest.param({"config.json": None}, None, id="no-bos-random-start"),
+        pytest.param({}, None, id="no-files"),
+    ],
+)
+def test_the_command_line_starts_generation_from_the_models_bos(
+    files: dict[str, int | None], expected: tuple[int, ...] | None, tmp_path: Path
+) -> None:
+    import json
+
+    from nncf_hqq.llm import workflows
+
+    for name, bos in files.items():
+        (tmp_path / name).write_text(json.dumps({"bos_token_id": bos}))
+    options = workflows.self_calibrated(workflows.CompressionOptions(), tmp_path, 16)
+    assert options.self_calibration is not None
+    assert options.self_calibration.start_token_ids == expected and options.self_calibration.num_samples == 16
+    assert options.awq and options.scale_estimation
