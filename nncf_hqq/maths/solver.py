@@ -384,15 +384,15 @@ def refine_scale_on_activations(
     best = fns.moveaxis(inverse_scale, -3, -2)[..., 0]  # [..., groups, out]
     for factor in scale_factors:
         candidate = inverse_scale / factor
+        _, projections = activation_error(weight_outputs, weight, candidate, zero, activations, num_bits)
         for _ in range(rounds):
-            _, projections = activation_error(weight_outputs, weight, candidate, zero, activations, num_bits)
             numerator = fns.sum(projections * weight_outputs, axis=-1)
             denominator = fns.sum(projections * projections, axis=-1)
             valid = (numerator > 0.0) & (denominator > 0.0)
             refit = fns.where(valid, denominator, 1.0) / fns.where(valid, numerator, 1.0)
             previous = fns.moveaxis(candidate, -3, -2)[..., 0]
             candidate = fns.moveaxis(fns.where(valid, refit, previous)[..., None], -3, -2)
-            error, _ = activation_error(weight_outputs, weight, candidate, zero, activations, num_bits)
+            error, projections = activation_error(weight_outputs, weight, candidate, zero, activations, num_bits)
             better = error < best_error
             best = fns.where(better, fns.moveaxis(candidate, -3, -2)[..., 0], best)
             best_error = fns.where(better, error, best_error)
