@@ -36,6 +36,7 @@ from nncf_hqq.llm.evaluation import calibration_samples
 from nncf_hqq.llm.evaluation import embedding_cosine
 from nncf_hqq.llm.evaluation import evaluate_llms
 from nncf_hqq.llm.evaluation import load_tokenizer
+from nncf_hqq.llm.evaluation import tokenize_text
 from nncf_hqq.llm.evaluation import wikitext_lines
 from nncf_hqq.llm.evaluation import wikitext_windows
 from nncf_hqq.llm.models import cache_dir
@@ -122,6 +123,10 @@ ROWS: dict[str, HQQParameters | None] = {
     "self_awq_se_hqq": HQQ_DEFAULT,
     "self_awq_se_hqq_no_guard": dataclasses.replace(HQQ_DEFAULT, output_guard=False),
     "self_se_hqq": HQQ_DEFAULT,
+    # Scale Estimation alone on Tiny Shakespeare (also for the MiniLM encoder, as 128-token windows)
+    "ts_se": None,
+    "ts_se_hqq": HQQ_DEFAULT,
+    "ts_se_hqq_no_guard": dataclasses.replace(HQQ_DEFAULT, output_guard=False),
 }
 
 #: Other modes: NNCF's symmetric ones (RTN and HQQ) and HQQ's asymmetric low-bit modes.
@@ -160,6 +165,7 @@ ROW_OPTIONS: dict[str, dict[str, Any]] = {
     "self_awq_se_hqq": {"awq": True, "scale_estimation": True, "self_calibrated": True},
     "self_awq_se_hqq_no_guard": {"awq": True, "scale_estimation": True, "self_calibrated": True},
     "self_se_hqq": {"scale_estimation": True, "self_calibrated": True},
+    **{row: {"scale_estimation": True, "calibrated": True} for row in ("ts_se", "ts_se_hqq", "ts_se_hqq_no_guard")},
     **{f"int{b}_sym_{m}": {"mode": nncf.CompressWeightsMode(f"int{b}_sym")} for b in (4, 3, 2) for m in ("rtn", "hqq")},
     **{f"int{b}_asym_hqq": {"mode": LowBitMode(f"int{b}_asym")} for b in (3, 2)},
     **{name: {"mode": nncf.CompressWeightsMode.INT4_SYM} for name in SYMMETRIC_VARIANTS},
@@ -179,6 +185,19 @@ SELF_CALIBRATION: dict[str, Any] = {"params": SELF_CALIBRATION_DEFAULT, "seconds
 #: ``--fresh-statistics``: collect the activation statistics in every row (compression times then compare);
 #: otherwise the rows calibrated on the same data share NNCF's cached statistics.
 FRESH_STATISTICS = {"fresh": False}
+
+
+#: Tokens per calibration window of the encoder (MiniLM) rows.
+ENCODER_WINDOW = 128
+
+
+def encoder_calibration_samples(ir_dir: Path, count: int) -> list[dict[str, np.ndarray]]:
+    """``count`` windows of ``ENCODER_WINDOW`` tokens at random starts (seed 0) of Tiny Shakespeare, as encoder
+    inputs (``input_ids``, ``attention_mask``, ``token_type_ids``)."""
+    ids = tokenize_text(load_tokenizer(ir_dir), shared_path(SHAKESPEARE))
+    starts = np.random.default_rng(0).integers(0, ids.size - ENCODER_WINDOW + 1, size=count)
+    windows = [ids[s : s + ENCODER_WINDOW].reshape(1, -1).astype(np.int64) for s in starts]
+    return [{"input_ids": w, "attention_mask": np.ones_like(w), "token_type_ids": np.zeros_like(w)} for w in windows]
 
 
 #: The user turn of the ``--self-start chat`` rows: generation continues as the model's answer.
@@ -222,7 +241,10 @@ def compress(
     mode = options.pop("mode", nncf.CompressWeightsMode.INT4_ASYM)
     if options.pop("calibrated", False):
         count = CALIBRATION_SAMPLES["samples"]
-        samples = calibration_samples(load_tokenizer(ir_dir), shared_path(SHAKESPEARE), count)
+        if ir_dir == MODELS["minilm"][0]():
+            samples = encoder_calibration_samples(ir_dir, count)
+        else:
+            samples = calibration_samples(load_tokenizer(ir_dir), shared_path(SHAKESPEARE), count)
         options["dataset"] = nncf.Dataset(samples)
         # the calibrated rows share NNCF's cached activation statistics (collected once per model and count)
         if not FRESH_STATISTICS["fresh"]:
