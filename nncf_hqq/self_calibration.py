@@ -15,6 +15,7 @@ an ``nncf.Dataset`` of real inputs, or compress them data-free.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from collections.abc import Iterator
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -97,7 +98,7 @@ def _check_int(name: str, value: object, minimum: int) -> None:
         raise nncf.ValidationError(msg)
 
 
-def _check_float(name: str, value: object, ok: Any, expected: str) -> None:
+def _check_float(name: str, value: object, ok: Callable[[float], bool], expected: str) -> None:
     number = isinstance(value, (int, float)) and not isinstance(value, bool) and np.isfinite(value)
     if not number or not ok(float(value)):  # type: ignore[arg-type]
         msg = f"SelfCalibration.{name} must be a finite number {expected}, got {value!r}."
