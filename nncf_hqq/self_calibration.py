@@ -57,7 +57,7 @@ class SelfCalibration:
     """
 
     num_samples: int = 32
-    seq_len: int = 256
+    seq_len: int = 128
     temperature: float = 1.0
     top_p: float = 0.95
     seed: int = 0
