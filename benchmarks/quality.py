@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import platform
 import time
@@ -223,6 +224,8 @@ def self_calibration_samples(ir_dir: Path) -> tuple[list[dict[str, Any]], str]:
     if params.start_token_ids is None and bos is not None:
         params = params.replace(start_token_ids=(bos,))
     key = "_".join(f"{k}{v}" for k, v in dataclasses.asdict(params).items()).replace(" ", "")
+    if len(key) > 120:  # long start prompts (--self-start chat): a digest keeps the file name short
+        key = key[:80] + "_" + hashlib.sha256(key.encode()).hexdigest()[:16]
     path = cache_dir() / "self_calibration" / ir_dir.name / f"{key}.npy"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
