@@ -87,6 +87,7 @@ RECOMMENDED = {
     "scale_estimation_rounds": 4,
     "unit_gain": True,
     "rtn_roles": (AttentionRole.VALUE,),
+    "output_guard": True,
 }
 
 

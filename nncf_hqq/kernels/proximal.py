@@ -87,6 +87,7 @@ SUPPORTED_PARAMETERS: dict[str, Callable[[object], bool]] = {
     "rtn_roles": lambda value: True,
     "weighted_proximal": lambda value: True,
     "unit_gain": lambda value: True,
+    "output_guard": lambda value: True,  # a choice among finished results (nncf_hqq.maths.guard), not the solver's
 }
 
 
