@@ -177,8 +177,6 @@ class HQQ:
         self.num_bits = num_bits
         self.subset_size = subset_size
         self.scale_estimation_params = scale_estimation_params
-        #: Output rows each candidate gave, by weight name (HQQ, NNCF's Scale Estimation, RTN): the guard's record.
-        self.guard_rows: dict[str, list[int]] = {}
 
     def bits(self, config: WeightCompressionConfig) -> int:
         """Bits of the codes HQQ writes for a weight compressed with ``config``."""
@@ -438,9 +436,7 @@ class HQQ:
         if not self.params.output_guard:
             return self.compress_on_activations(weight, axis, config, activations, importance, planned.role)
         candidate = self.compress_on_activations(weight, axis, config, activations, importance, None)
-        result, self.guard_rows[wp.weight_name] = self.guard_on_outputs(
-            weight, axis, config, activations, candidate, planned.reference
-        )
+        result, _ = self.guard_on_outputs(weight, axis, config, activations, candidate, planned.reference)
         return result
 
     def guard_on_outputs(
