@@ -37,11 +37,11 @@ from nncf_hqq._nncf import process_stats
 from nncf_hqq.kernels import proximal
 from nncf_hqq.kernels import refine
 from nncf_hqq.kernels import symmetric
+from nncf_hqq.kernels.activations import refine_scale_on_activations
 from nncf_hqq.maths.conversion import to_compressed_weight
 from nncf_hqq.maths.conversion import to_symmetric_compressed_weight
 from nncf_hqq.maths.guard import choose_per_row
 from nncf_hqq.maths.solver import hqq_solve
-from nncf_hqq.maths.solver import refine_scale_on_activations
 from nncf_hqq.maths.solver import rtn_scale_zero_point
 from nncf_hqq.maths.solver import split_into_groups
 from nncf_hqq.maths.solver import symmetric_init
