@@ -123,7 +123,9 @@ ROWS: dict[str, HQQParameters | None] = {
     "self_awq_se": None,
     "self_awq_se_hqq": HQQ_DEFAULT,
     "self_awq_se_hqq_no_guard": dataclasses.replace(HQQ_DEFAULT, output_guard=False),
+    "self_se": None,
     "self_se_hqq": HQQ_DEFAULT,
+    "self_se_hqq_no_guard": dataclasses.replace(HQQ_DEFAULT, output_guard=False),
     # Scale Estimation alone on Tiny Shakespeare (also for the MiniLM encoder, as 128-token windows)
     "ts_se": None,
     "ts_se_hqq": HQQ_DEFAULT,
@@ -165,7 +167,10 @@ ROW_OPTIONS: dict[str, dict[str, Any]] = {
     "self_awq_se": {"awq": True, "scale_estimation": True, "self_calibrated": True},
     "self_awq_se_hqq": {"awq": True, "scale_estimation": True, "self_calibrated": True},
     "self_awq_se_hqq_no_guard": {"awq": True, "scale_estimation": True, "self_calibrated": True},
-    "self_se_hqq": {"scale_estimation": True, "self_calibrated": True},
+    **{
+        row: {"scale_estimation": True, "self_calibrated": True}
+        for row in ("self_se", "self_se_hqq", "self_se_hqq_no_guard")
+    },
     **{row: {"scale_estimation": True, "calibrated": True} for row in ("ts_se", "ts_se_hqq", "ts_se_hqq_no_guard")},
     **{f"int{b}_sym_{m}": {"mode": nncf.CompressWeightsMode(f"int{b}_sym")} for b in (4, 3, 2) for m in ("rtn", "hqq")},
     **{f"int{b}_asym_hqq": {"mode": LowBitMode(f"int{b}_asym")} for b in (3, 2)},
