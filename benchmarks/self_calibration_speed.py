@@ -9,7 +9,8 @@ collects its own activation statistics, the self-calibrated rows generate their 
 - ``nncf_awq_se_text128``: NNCF's AWQ + Scale Estimation on 128 random 256-token windows of Tiny Shakespeare
   (the reference of the target: self-calibration should take no longer);
 - ``self_awq_se``: NNCF's AWQ + Scale Estimation on ``dataset="self"`` (generation included);
-- ``self_awq_se_hqq``: the same with ``hqq=True`` (what ``nncf-hqq compress`` does by default).
+- ``self_se_hqq``: Scale Estimation + HQQ on ``dataset="self"`` (what ``nncf-hqq compress`` does by default);
+- ``self_awq_se_hqq``: AWQ + Scale Estimation + HQQ on ``dataset="self"``.
 Prints a table and writes JSON with the generation time measured apart and the ratios to the reference.
 """
 
@@ -39,7 +40,7 @@ from nncf_hqq.self_calibration import generate_sequences
 
 SHAKESPEARE = "data/tinyshakespeare/input.txt"
 MODELS: dict[str, tuple[Callable[[], Path], int]] = {"smollm2": (smollm2_ov_dir, 64), "qwen": (qwen_ov_dir, 128)}
-ROWS = ("nncf_awq_se_text128", "self_awq_se", "self_awq_se_hqq")
+ROWS = ("nncf_awq_se_text128", "self_awq_se", "self_se_hqq", "self_awq_se_hqq")
 
 
 def compress_seconds(ir_dir: Path, group_size: int, row: str) -> float:
@@ -57,7 +58,7 @@ def compress_seconds(ir_dir: Path, group_size: int, row: str) -> float:
         group_size=group_size,
         ratio=1.0,
         backup_mode=nncf.BackupMode.NONE,
-        awq=True,
+        awq="_awq" in row,
         scale_estimation=True,
         dataset=dataset,
         hqq=row.endswith("_hqq"),
@@ -78,11 +79,16 @@ def main() -> None:
     parser.add_argument("--model", choices=sorted(MODELS), default="smollm2")
     parser.add_argument("--group-size", type=int, default=None)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated rows: " + ",".join(ROWS))
     args = parser.parse_args()
     get_dir, default_group = MODELS[args.model]
     group_size = args.group_size or default_group
     ir_dir = get_dir()
-    seconds = {row: compress_seconds(ir_dir, group_size, row) for row in ROWS}
+    rows = args.rows.split(",")
+    unknown = sorted(set(rows) - set(ROWS))
+    if unknown or ROWS[0] not in rows:
+        parser.error(f"--rows must name the reference {ROWS[0]} and rows among {', '.join(ROWS)}; got {args.rows}")
+    seconds = {row: compress_seconds(ir_dir, group_size, row) for row in rows}
     seconds["generation_alone"] = generation_seconds(ir_dir)
     reference = seconds["nncf_awq_se_text128"]
     print(f"{'row':<24}{'seconds':>10}{'vs NNCF AWQ+SE (128 text samples)':>36}")
