@@ -9,14 +9,17 @@ collects its own activation statistics, the self-calibrated rows generate their 
 - ``nncf_awq_se_text128``: NNCF's AWQ + Scale Estimation on 128 random 256-token windows of Tiny Shakespeare
   (the reference of the target: self-calibration should take no longer);
 - ``self_awq_se``: NNCF's AWQ + Scale Estimation on ``dataset="self"`` (generation included);
-- ``self_se_hqq``: Scale Estimation + HQQ on ``dataset="self"`` (what ``nncf-hqq compress`` does by default);
-- ``self_awq_se_hqq``: AWQ + Scale Estimation + HQQ on ``dataset="self"``.
+- ``self_se_hqq``: Scale Estimation + HQQ on ``dataset="self"``;
+- ``self_awq_se_hqq``: AWQ + Scale Estimation + HQQ on ``dataset="self"``;
+- ``self_awq_se_hqq_checked``: what ``nncf-hqq compress`` does by default: that, plus the output check (held-out
+  generation, the data-free HQQ and RTN compressions, and the comparison of the three on the held-out text).
 Prints a table and writes JSON with the generation time measured apart and the ratios to the reference.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
 import time
@@ -28,6 +31,7 @@ import nncf
 import openvino as ov
 
 import nncf_hqq
+from nncf_hqq.llm import workflows
 from nncf_hqq.llm.evaluation import calibration_samples
 from nncf_hqq.llm.evaluation import load_tokenizer
 from nncf_hqq.llm.models import ir_xml
@@ -36,11 +40,12 @@ from nncf_hqq.llm.models import shared_path
 from nncf_hqq.llm.models import smollm2_ov_dir
 from nncf_hqq.llm.sanity import generation_bos_token_id
 from nncf_hqq.self_calibration import SELF_CALIBRATION_DEFAULT
+from nncf_hqq.self_calibration import SelfCalibration
 from nncf_hqq.self_calibration import generate_sequences
 
 SHAKESPEARE = "data/tinyshakespeare/input.txt"
 MODELS: dict[str, tuple[Callable[[], Path], int]] = {"smollm2": (smollm2_ov_dir, 64), "qwen": (qwen_ov_dir, 128)}
-ROWS = ("nncf_awq_se_text128", "self_awq_se", "self_se_hqq", "self_awq_se_hqq")
+ROWS = ("nncf_awq_se_text128", "self_awq_se", "self_se_hqq", "self_awq_se_hqq", "self_awq_se_hqq_checked")
 
 
 def compress_seconds(ir_dir: Path, group_size: int, row: str) -> float:
@@ -51,6 +56,8 @@ def compress_seconds(ir_dir: Path, group_size: int, row: str) -> float:
         dataset: Any = nncf.Dataset(calibration_samples(load_tokenizer(ir_dir), shared_path(SHAKESPEARE), 128))
     else:
         dataset = SELF_CALIBRATION_DEFAULT.replace(start_token_ids=(bos,) if bos is not None else None)
+    if row == "self_awq_se_hqq_checked":
+        return checked_seconds(ir_dir, group_size, dataset)
     start = time.perf_counter()
     nncf.compress_weights(
         model,
@@ -63,6 +70,16 @@ def compress_seconds(ir_dir: Path, group_size: int, row: str) -> float:
         dataset=dataset,
         hqq=row.endswith("_hqq"),
     )
+    return time.perf_counter() - start
+
+
+def checked_seconds(ir_dir: Path, group_size: int, params: SelfCalibration) -> float:
+    """Seconds of ``nncf-hqq compress``'s self-calibrated compression with its output check (after reading)."""
+    data_free = workflows.CompressionOptions(group_size=group_size, ratio=1.0, backup_mode="none")
+    calibrated = dataclasses.replace(data_free, awq=True, scale_estimation=True, self_calibration=params)
+    model = ov.Core().read_model(ir_xml(ir_dir))
+    start = time.perf_counter()
+    workflows.compress_checked_on_outputs(ir_xml(ir_dir), model, data_free, calibrated, log=print)
     return time.perf_counter() - start
 
 

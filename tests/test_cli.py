@@ -68,7 +68,7 @@ def hf_dir(tiny_llm: tuple[Path, Any]) -> Path:  # noqa: F811
 @pytest.fixture(scope="module")
 def compressed_dir(tiny_llm: tuple[Path, Any], tmp_path_factory: pytest.TempPathFactory) -> Path:  # noqa: F811
     out = tmp_path_factory.mktemp("cli") / "int4_hqq"
-    assert cli.main(["compress", str(tiny_llm[0]), str(out), "--group-size", "64"]) == 0
+    assert cli.main(["compress", str(tiny_llm[0]), str(out), "--group-size", "64", "--no-output-check"]) == 0
     return out
 
 
@@ -206,6 +206,61 @@ def test_compressed_ir_dir_loads_with_optimum_intel_and_generates(
     # embeddings and lm_head: the INT8_ASYM backup (RTN, u8 zero points)
     assert {ov.Type.f16, ov.Type.u8} <= zero_point_types(compressed_dir) <= {ov.Type.f16, ov.Type.u4, ov.Type.u8}
     generate(compressed_dir, tiny_llm[1])
+
+
+def test_compress_keeps_the_candidate_closest_to_the_float_model(
+    tiny_llm: tuple[Path, Any],  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = run_cli(["compress", tiny_llm[0], tmp_path / "out", "--group-size", "64"], capsys)
+    assert code == 0, out
+    record = json.loads((tmp_path / "out" / workflows.RECORD_NAME).read_text())
+    check = record["output_check"]
+    names = ["self-calibrated", "data-free", "rtn"]
+    assert list(check["metrics"]) == ["fp", *names] and check["held_out_sequences"] == workflows.OUTPUT_CHECK_SEQUENCES
+    kl = {name: check["metrics"][name]["kl"] for name in names}
+    assert check["chosen"] == min(names, key=kl.__getitem__) and kl[check["chosen"]] > 0.0
+    assert f"keeping {check['chosen']}" in err
+    # the record describes the model written: its options are the chosen candidate's
+    assert record["options"]["hqq"] is (check["chosen"] != "rtn")
+    assert (record["self_calibration"] is not None) is (check["chosen"] == "self-calibrated")
+
+
+def test_output_check_writes_the_least_kl_candidate(
+    tiny_llm: tuple[Path, Any],  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the measured KL made to favour NNCF's RTN, RTN's model (u4 zero points, no HQQ) is what is written."""
+    original = workflows.evaluation.evaluate_llms
+
+    def rtn_closest(reference: Any, candidates: Any, windows: Any) -> dict[str, dict[str, float]]:
+        assert len(windows) == workflows.OUTPUT_CHECK_SEQUENCES
+        metrics = original(reference, candidates, windows)
+        metrics["rtn"]["kl"] = 0.5 * min(metrics[name]["kl"] for name in candidates)
+        return metrics
+
+    monkeypatch.setattr(workflows.evaluation, "evaluate_llms", rtn_closest)
+    code, out, err = run_cli(["compress", tiny_llm[0], tmp_path / "out", "--group-size", "64"], capsys)
+    assert code == 0, out
+    record = json.loads((tmp_path / "out" / workflows.RECORD_NAME).read_text())
+    assert record["output_check"]["chosen"] == "rtn" and "keeping rtn" in err
+    assert record["options"]["hqq"] is False and record["self_calibration"] is None
+    assert "RTN (no HQQ)" in out
+    assert ov.Type.f16 not in zero_point_types(tmp_path / "out")
+
+
+def test_output_check_candidates_are_data_free_hqq_and_rtn() -> None:
+    data_free = workflows.CompressionOptions(group_size=64, scale_estimation=True, zero_point="float")
+    calibrated = workflows.self_calibrated(data_free, None, 4)
+    candidates = workflows.output_check_candidates(data_free, calibrated)
+    assert list(candidates) == ["self-calibrated", "data-free", "rtn"]
+    assert candidates["self-calibrated"] is calibrated
+    assert candidates["data-free"].scale_estimation is False and candidates["data-free"].self_calibration is None
+    assert candidates["data-free"].hqq is True and candidates["data-free"].zero_point == "float"
+    assert candidates["rtn"].hqq is False and candidates["rtn"].group_size == 64
 
 
 def test_compress_says_why_it_does_not_self_calibrate(

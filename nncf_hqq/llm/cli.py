@@ -106,6 +106,13 @@ def _add_compress_arguments(p: argparse.ArgumentParser) -> None:
         "Estimation + HQQ)",
     )
     p.add_argument(
+        "--no-output-check",
+        action="store_true",
+        help="self-calibrated: write that model without first comparing it with the data-free HQQ and the RTN "
+        f"compressions on {workflows.OUTPUT_CHECK_SEQUENCES} held-out generated sequences (KL vs float; the closest is "
+        "written)",
+    )
+    p.add_argument(
         "--self-calibration-samples",
         metavar="N",
         type=int,
@@ -304,15 +311,23 @@ def run_compress(args: argparse.Namespace) -> int:
         dataset = _dataset(args, source) if args.dataset is not None else None
         compress_start = time.perf_counter()
         model = workflows.read_model(source.xml)
+        data_free = options
         if dataset is None and not args.no_self_calibration:
             options = _self_calibration(args, options, model, source.files_dir)
         _info(f"Compressing {source.xml} ({_describe_options(options, dataset is not None)})")
         if not options.quantize_routers and (gates := workflows.moe_gate_matmuls(model)):
             _info(f"MoE: {len(gates)} routers / gates kept in float (--quantize-routers compresses them)")
-        model = workflows.compress_model(model, options, dataset)
+        check = None
+        if options.self_calibration is not None and not args.no_output_check:
+            model, options, check = workflows.compress_checked_on_outputs(
+                source.xml, model, data_free, options, log=_info
+            )
+        else:
+            model = workflows.compress_model(model, options, dataset)
         compress_seconds = time.perf_counter() - compress_start
         _info(f"compression: {compress_seconds:.1f} s")
         record = _compress_record(args, options, compress_seconds)
+        record["output_check"] = check.record() if check is not None else None
         copied = workflows.save_model_dir(model, args.out, source.files_dir, record)
     _out(f"Wrote {args.out / workflows.MODEL_XML} ({_describe_options(options, dataset is not None)})")
     if copied:
@@ -371,6 +386,12 @@ def _self_calibration(
         f"(temperature {params.temperature}, top-p {params.top_p}, seed {params.seed}) for AWQ + Scale Estimation + "
         "HQQ; --no-self-calibration compresses data-free"
     )
+    if not args.no_output_check:
+        _info(
+            "Output check: the data-free HQQ and RTN compressions are made too, and the one closest to the float "
+            f"model on {workflows.OUTPUT_CHECK_SEQUENCES} held-out generated sequences is written (--no-output-check: "
+            "the self-calibrated one, without the check)"
+        )
     return options
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import nncf
+import numpy as np
 import openvino as ov
 from nncf import BackupMode
 from nncf import CompressWeightsMode
@@ -40,6 +41,7 @@ from nncf_hqq.parameters import ZeroPointFormat
 from nncf_hqq.self_calibration import SELF_CALIBRATION_DEFAULT
 from nncf_hqq.self_calibration import SelfCalibration
 from nncf_hqq.self_calibration import check_generative
+from nncf_hqq.self_calibration import generate_sequences
 
 #: The ``--mode`` choices: the modes HQQ handles (``nncf_hqq.hqq.SUPPORTED_MODES``) by NNCF's names, and the
 #: asymmetric low-bit modes only HQQ writes (``nncf_hqq.LowBitMode``).
@@ -164,6 +166,74 @@ def self_calibrated(options: CompressionOptions, files_dir: Path | None, samples
     bos = sanity.generation_bos_token_id(files_dir)
     params = SELF_CALIBRATION_DEFAULT.replace(num_samples=samples, start_token_ids=(bos,) if bos is not None else None)
     return dataclasses.replace(options, awq=True, scale_estimation=True, self_calibration=params)
+
+
+#: Held-out sequences on which ``compress`` checks a self-calibrated model (``compress_checked_on_outputs``).
+OUTPUT_CHECK_SEQUENCES = 8
+
+
+def output_check_candidates(
+    data_free: CompressionOptions, self_calibrated: CompressionOptions
+) -> dict[str, CompressionOptions]:
+    """The compressions the output check compares, in the order that decides ties: the self-calibrated one, the
+    same options without data (Scale Estimation off; AWQ, if asked, data-free) and NNCF's round to nearest."""
+    data_free = dataclasses.replace(data_free, scale_estimation=False, self_calibration=None)
+    return {
+        "self-calibrated": self_calibrated,
+        "data-free": data_free,
+        "rtn": dataclasses.replace(data_free, hqq=False, zero_point=None),
+    }
+
+
+def held_out_sequences(model: ov.Model, params: SelfCalibration) -> list[np.ndarray]:
+    """``OUTPUT_CHECK_SEQUENCES`` sequences the float model generates like its calibration sequences, with the
+    next seed (so none is a calibration sequence), as 1-D token windows."""
+    count = OUTPUT_CHECK_SEQUENCES
+    held_out = params.replace(num_samples=count, batch_size=min(params.batch_size, count), seed=params.seed + 1)
+    return list(generate_sequences(model, held_out))
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    """What the output check measured: every candidate's KL divergence from the float model, top-1 agreement and
+    perplexity on the held-out generated sequences (the float model as ``fp``), and the candidate kept."""
+
+    chosen: str
+    metrics: Mapping[str, Mapping[str, float]]
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "chosen": self.chosen,
+            "held_out_sequences": OUTPUT_CHECK_SEQUENCES,
+            "metrics": {name: {k: m[k] for k in METRICS} for name, m in self.metrics.items()},
+        }
+
+
+def compress_checked_on_outputs(
+    model_xml: Path,
+    model: ov.Model,
+    data_free: CompressionOptions,
+    self_calibrated: CompressionOptions,
+    log: Callable[[str], None],
+) -> tuple[ov.Model, CompressionOptions, OutputCheck]:
+    """``model`` (read from ``model_xml``) compressed as each of ``output_check_candidates``, and the one whose
+    outputs on held-out generated sequences are closest to the float model's (least KL divergence), with its
+    options and what was measured. Judged on the whole model's outputs, so the result is never worse than RTN's
+    there."""
+    if self_calibrated.self_calibration is None:
+        msg = "the output check compares a self-calibrated compression: self_calibrated.self_calibration is None"
+        raise ValueError(msg)
+    held_out = held_out_sequences(model, self_calibrated.self_calibration)
+    candidates = output_check_candidates(data_free, self_calibrated)
+    compressed: dict[str, ov.Model] = {}
+    for index, (name, options) in enumerate(candidates.items()):
+        log(f"Output check: compressing the {name} candidate")
+        compressed[name] = compress_model(model if index == 0 else read_model(model_xml), options)
+    metrics = evaluation.evaluate_llms(model_xml, compressed, held_out)
+    chosen = min(candidates, key=lambda name: metrics[name]["kl"])
+    summary = ", ".join(f"{name} {metrics[name]['kl']:.4f}" for name in candidates)
+    log(f"Output check on {len(held_out)} held-out generated sequences, KL vs float: {summary}; keeping {chosen}")
+    return compressed[chosen], candidates[chosen], OutputCheck(chosen, metrics)
 
 
 #: ``--backend`` choices. ``auto`` and ``openvino``: an OpenVINO IR is compressed as it is, a HF model is exported to
