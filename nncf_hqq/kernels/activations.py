@@ -20,6 +20,7 @@ from nncf.tensor import TensorBackend
 from openvino import opset13 as opset
 
 from nncf_hqq.kernels import runtime
+from nncf_hqq.kernels.refine import numpy_f32
 from nncf_hqq.maths import solver
 from nncf_hqq.maths.solver import levels_max
 
@@ -85,12 +86,6 @@ def refine_compiled(
 
     runner.run(out, inputs_at, [best])
     return Tensor(best.reshape(out, groups, 1))
-
-
-def numpy_f32(tensor: Tensor) -> np.ndarray:
-    """The data of a numpy or OpenVINO tensor as a float32 numpy array."""
-    data = tensor.as_numpy_tensor().data if tensor.backend == TensorBackend.ov else tensor.data
-    return np.asarray(data, dtype=np.float32)
 
 
 @lru_cache(maxsize=CACHE_SIZE)
