@@ -126,6 +126,12 @@ ROWS: dict[str, HQQParameters | None] = {
     "self_se": None,
     "self_se_hqq": HQQ_DEFAULT,
     "self_se_hqq_no_guard": dataclasses.replace(HQQ_DEFAULT, output_guard=False),
+    # HQQ's refinement and guard on k token rows per sample instead of NNCF's per-sample means
+    **{
+        f"self_{steps}_hqq_tok{k}": dataclasses.replace(HQQ_DEFAULT, calibration_token_rows=k)
+        for steps in ("awq_se", "se")
+        for k in (4, 8, 16, 32)
+    },
     # Scale Estimation alone on Tiny Shakespeare (also for the MiniLM encoder, as 128-token windows)
     "ts_se": None,
     "ts_se_hqq": HQQ_DEFAULT,
@@ -171,6 +177,11 @@ ROW_OPTIONS: dict[str, dict[str, Any]] = {
         row: {"scale_estimation": True, "self_calibrated": True}
         for row in ("self_se", "self_se_hqq", "self_se_hqq_no_guard")
     },
+    **{
+        f"self_awq_se_hqq_tok{k}": {"awq": True, "scale_estimation": True, "self_calibrated": True}
+        for k in (4, 8, 16, 32)
+    },
+    **{f"self_se_hqq_tok{k}": {"scale_estimation": True, "self_calibrated": True} for k in (4, 8, 16, 32)},
     **{row: {"scale_estimation": True, "calibrated": True} for row in ("ts_se", "ts_se_hqq", "ts_se_hqq_no_guard")},
     **{f"int{b}_sym_{m}": {"mode": nncf.CompressWeightsMode(f"int{b}_sym")} for b in (4, 3, 2) for m in ("rtn", "hqq")},
     **{f"int{b}_asym_hqq": {"mode": LowBitMode(f"int{b}_asym")} for b in (3, 2)},
@@ -261,7 +272,8 @@ def compress(
     if options.pop("self_calibrated", False):
         samples, key = self_calibration_samples(ir_dir)
         options["dataset"] = nncf.Dataset(samples)
-        if not FRESH_STATISTICS["fresh"]:
+        # NNCF's statistics cache holds no token rows: those rows collect their statistics in the run
+        if not FRESH_STATISTICS["fresh"] and not (params is not None and params.calibration_token_rows > 0):
             statistics = cache_dir() / "statistics" / f"{ir_dir.name}_self_{key}"
             options["advanced_parameters"] = nncf.AdvancedCompressionParameters(statistics_path=str(statistics))
     start = time.perf_counter()

@@ -9,6 +9,8 @@ The internal names used:
   ``WeightCompressionParameters``), NNCF's ``WeightCompression`` algorithm and its backends
   (``WeightCompressionAlgoBackend``, ``OVWeightCompressionAlgoBackend``), the graph (``NNCFGraph``),
   ``process_stats``, ``ScaleEstimation`` (the output-error guard's reference) and ``track``;
+- NNCF's statistic collection (``TensorCollector``, ``RawReducer``, ``AggregatorBase``, ``StatisticPoint``,
+  ``StatisticPointsContainer``, ``WCTensorStatistic``): HQQ's token-row statistics are collected beside NNCF's;
 - three call sites that are replaced for the duration of one ``compress_weights`` call: the ``WeightCompression``
   class that NNCF's OpenVINO (or Torch) ``compress_weights`` instantiates, the ``track`` that names the progress bar
   of the weight-compression step, and the OpenVINO backend's ``compress_weight`` (so that precomputed codes are
@@ -40,6 +42,12 @@ from nncf.common.graph.transformations.commands import TargetType
 from nncf.common.graph.transformations.layout import TransformationLayout
 from nncf.common.logging.track_progress import track
 from nncf.common.quantization.structs import QuantizationScheme
+from nncf.common.tensor_statistics.collectors import AggregatorBase
+from nncf.common.tensor_statistics.collectors import RawReducer
+from nncf.common.tensor_statistics.collectors import TensorCollector
+from nncf.common.tensor_statistics.statistic_point import StatisticPoint
+from nncf.common.tensor_statistics.statistic_point import StatisticPointsContainer
+from nncf.common.tensor_statistics.statistics import WCTensorStatistic
 from nncf.quantization.algorithms.weight_compression.activation_stats import process_stats
 from nncf.quantization.algorithms.weight_compression.algorithm import WeightCompression
 from nncf.quantization.algorithms.weight_compression.backend import WeightCompressionAlgoBackend
@@ -90,6 +98,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MATMUL_METATYPES",
     "OV_DTYPE_MAP",
+    "AggregatorBase",
     "BaseWeightsDecompressor",
     "CompressedWeight",
     "GraphModelWrapper",
@@ -116,10 +125,15 @@ __all__ = [
     "PTTargetPoint",
     "PTWeightCompressionAlgoBackend",
     "QuantizationScheme",
+    "RawReducer",
     "SQMultiply",
     "ScaleEstimation",
+    "StatisticPoint",
+    "StatisticPointsContainer",
     "TargetType",
+    "TensorCollector",
     "TransformationLayout",
+    "WCTensorStatistic",
     "WeightCompression",
     "WeightCompressionAlgoBackend",
     "WeightCompressionConfig",

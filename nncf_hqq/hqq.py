@@ -177,6 +177,9 @@ class HQQ:
         self.num_bits = num_bits
         self.subset_size = subset_size
         self.scale_estimation_params = scale_estimation_params
+        #: token-row statistics by MatMul name (``nncf_hqq.statistics``), set by the pipeline when
+        #: ``params.calibration_token_rows`` asks for them; what the data-aware steps fit where present.
+        self.token_statistics: dict[str, Any] = {}
 
     def bits(self, config: WeightCompressionConfig) -> int:
         """Bits of the codes HQQ writes for a weight compressed with ``config``."""
@@ -381,7 +384,8 @@ class HQQ:
             node_statistics = None if statistics is None else statistics.get(wp.node_with_weight.node_name)
             if node_statistics is None and not self.writes_all_layers and self.keeps_rtn(role):
                 continue  # NNCF's own RTN, bit for bit (with statistics: RTN refined on them)
-            planned[wp.weight_name] = _PlannedWeight(wp, role, node_statistics)
+            tokens = self.token_statistics.get(wp.node_with_weight.node_name) if node_statistics is not None else None
+            planned[wp.weight_name] = _PlannedWeight(wp, role, node_statistics, tokens)
         if statistics is not None and self.params.output_guard:
             planned = self.with_scale_estimation_references(planned, model, graph, statistics, backend_entity)
         return HQQCompressedWeights(self, planned, model, graph, backend_entity)
@@ -431,13 +435,23 @@ class HQQ:
         importance = backend_entity.input_importance(wp, weight.shape[axis]) if self.uses_norm_gain else None
         if planned.statistics is None:
             return self.compress(weight, axis, config, importance, planned.role)
-        activation_axis, _ = backend_entity.get_activation_channel_axis_and_shape(graph, wp.node_with_weight)
-        _, activations = process_stats(planned.statistics, self.subset_size, act_ch_axis=activation_axis)
+        activations = self.calibration_inputs(planned, graph, backend_entity)
         if not self.params.output_guard:
             return self.compress_on_activations(weight, axis, config, activations, importance, planned.role)
         candidate = self.compress_on_activations(weight, axis, config, activations, importance, None)
         result, _ = self.guard_on_outputs(weight, axis, config, activations, candidate, planned.reference)
         return result
+
+    def calibration_inputs(self, planned: _PlannedWeight, graph: NNCFGraph, backend_entity: HQQAlgoBackend) -> Tensor:
+        """The inputs ``[in, samples]`` the data-aware steps fit for a planned weight: all its token rows when it
+        has them (``params.calibration_token_rows``), else ``subset_size`` of NNCF's per-sample means."""
+        if planned.token_statistics is not None:
+            _, rows = process_stats(planned.token_statistics, -1)
+            return rows
+        wp = planned.params
+        activation_axis, _ = backend_entity.get_activation_channel_axis_and_shape(graph, wp.node_with_weight)
+        _, activations = process_stats(planned.statistics, self.subset_size, act_ch_axis=activation_axis)
+        return activations
 
     def guard_on_outputs(
         self,
@@ -476,6 +490,7 @@ class _PlannedWeight:
     params: WeightCompressionParameters
     role: AttentionRole | None
     statistics: Any
+    token_statistics: Any = None
     reference: CompressedWeight | None = None
 
 

@@ -10,6 +10,9 @@ NNCF has no plug-in point for a new weight-compression step, so for one ``compre
   PyTorch model, imported then: it needs torch);
 - in ``apply_with_parameters``: the weights are checked before the model is touched, and without Scale Estimation
   ``HQQ.apply``'s compressed weights are what the backend writes;
+- in ``get_statistic_points`` and ``collect_statistics_and_statistic_points``: with
+  ``HQQParameters.calibration_token_rows``, HQQ's token-row statistics are collected in the same pass as NNCF's
+  (``nncf_hqq.statistics``) and scaled by AWQ like NNCF's;
 - the weight-compression progress bar says "(HQQ)".
 """
 
@@ -23,8 +26,11 @@ from typing import Any
 
 import nncf
 import openvino as ov
+from nncf.common.logging import nncf_logger
 
 from nncf_hqq._nncf import NNCFGraph
+from nncf_hqq._nncf import StatisticPointsContainer
+from nncf_hqq._nncf import WCTensorStatistic
 from nncf_hqq._nncf import WeightCompression
 from nncf_hqq._nncf import WeightCompressionConfig
 from nncf_hqq._nncf import WeightCompressionParameters
@@ -35,6 +41,9 @@ from nncf_hqq._nncf import weight_compression_replaced
 from nncf_hqq.hqq import HQQ
 from nncf_hqq.hqq import HQQAlgoBackend
 from nncf_hqq.openvino.backend import HQQOVBackend
+from nncf_hqq.statistics import ActivationMap
+from nncf_hqq.statistics import add_token_row_points
+from nncf_hqq.statistics import token_row_statistics
 
 #: The description of NNCF's weight-compression progress bar, and what it reads with HQQ.
 PROGRESS_DESCRIPTION = "Applying Weight Compression"
@@ -60,6 +69,7 @@ class HQQWeightCompression(WeightCompression):
         super().__init__(*args, **kwargs)
         self._hqq = hqq
         self._targets = targets or ParameterTargets()
+        self._token_row_inputs: ActivationMap = {}
         if self._scale_estimation:
             self._scale_estimation_algo = hqq
 
@@ -74,6 +84,43 @@ class HQQWeightCompression(WeightCompression):
         targets = self._targets
         self._backend_entity = HQQPTBackend(self._hqq, targets.patterns, targets.explicit, config, self._ignored_scope)
 
+    def get_statistic_points(
+        self, model: Any, graph: NNCFGraph, matmul_input_to_output_nodes_map: ActivationMap
+    ) -> StatisticPointsContainer:
+        container = super().get_statistic_points(model, graph, matmul_input_to_output_nodes_map)
+        rows = self._hqq.params.calibration_token_rows
+        if not (self._data_aware_compression and self._scale_estimation and rows > 0):
+            return container
+        if self._statistics_path:
+            nncf_logger.info(
+                "HQQ fits NNCF's per-sample means, not calibration_token_rows: the statistics cache "
+                "(statistics_path) holds no token rows"
+            )
+        else:
+            self._token_row_inputs = dict(matmul_input_to_output_nodes_map)
+            add_token_row_points(
+                container, graph, self._backend_entity, self._token_row_inputs, rows, self._subset_size
+            )
+        return container
+
+    def collect_statistics_and_statistic_points(
+        self,
+        model: Any,
+        graph: NNCFGraph,
+        statistic_points: StatisticPointsContainer | None,
+        dataset: nncf.Dataset,
+        ratio_defining_params: list[WeightCompressionParameters],
+        all_weight_params: list[WeightCompressionParameters],
+    ) -> tuple[Any, StatisticPointsContainer]:
+        statistics, statistic_points = super().collect_statistics_and_statistic_points(
+            model, graph, statistic_points, dataset, ratio_defining_params, all_weight_params
+        )
+        if statistics is not None and self._token_row_inputs:
+            self._hqq.token_statistics = token_row_statistics(
+                statistic_points, self._backend_entity, self._token_row_inputs
+            )
+        return statistics, statistic_points
+
     def apply_with_parameters(
         self,
         model: ov.Model,
@@ -87,7 +134,27 @@ class HQQWeightCompression(WeightCompression):
         backend.prepare(model, graph, all_weight_params)
         if not self._scale_estimation:
             backend.hqq_weights = self._hqq.apply(model, graph, all_weight_params, None, backend)
+        if self._awq and self._hqq.token_statistics:
+            self.scale_token_statistics_with_awq()
         return super().apply_with_parameters(model, graph, dataset, statistics, all_weight_params)
+
+    def scale_token_statistics_with_awq(self) -> None:
+        """Makes AWQ's statistics update (after it rescales the weights) apply to HQQ's token rows as well."""
+        update = self.awq_algo.update_statistics
+        token_statistics = _EmptyWhereMissing(self._hqq.token_statistics)
+
+        def update_both(statistics: Any) -> Any:
+            update(token_statistics)  # scales the rows in place, like NNCF's means
+            return update(statistics)
+
+        self.awq_algo.update_statistics = update_both
+
+
+class _EmptyWhereMissing(dict[str, WCTensorStatistic]):
+    """Token-row statistics where a MatMul without them (expert weights) reads as no rows."""
+
+    def __missing__(self, key: str) -> WCTensorStatistic:
+        return WCTensorStatistic(mean_values=[], shape_values=[])
 
 
 def track_with_hqq(*args: Any, **kwargs: Any) -> Any:

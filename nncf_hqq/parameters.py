@@ -131,6 +131,10 @@ class HQQParameters:
         whichever of HQQ's result, NNCF's Scale Estimation result and NNCF's round-to-nearest reproduces the layer's
         outputs on the calibration inputs best (``nncf_hqq.maths.guard``), so that no layer's output error there is
         above NNCF's. HQQ then also competes on the attention roles in ``rtn_roles`` (the outputs decide).
+    :param calibration_token_rows: with ``scale_estimation=True`` (calibration data), how many token rows of each
+        calibration sample's input to a layer HQQ's scale refinement and output guard fit (drawn at random, a fixed
+        seed per layer; ``nncf_hqq.statistics``). 0: NNCF's per-sample means over the tokens, what NNCF's Scale
+        Estimation fits (the guard's NNCF reference is always computed on those).
     """
 
     lp_norm: float = 0.7
@@ -151,12 +155,13 @@ class HQQParameters:
     unit_gain: bool = True
     rtn_roles: tuple[AttentionRole, ...] = (AttentionRole.VALUE,)
     output_guard: bool = True
+    calibration_token_rows: int = 0
 
     def __post_init__(self) -> None:
         _check_number("lp_norm", self.lp_norm, lambda v: 0.0 < v <= 1.0, "in (0, 1]")
         _check_number("beta", self.beta, lambda v: v > 0.0, "> 0")
         _check_number("kappa", self.kappa, lambda v: v >= 1.0, ">= 1")
-        for name in ("iterations", "refine_rounds", "scale_estimation_rounds"):
+        for name in ("iterations", "refine_rounds", "scale_estimation_rounds", "calibration_token_rows"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 msg = f"HQQParameters.{name} must be an integer >= 0, got {value!r}."

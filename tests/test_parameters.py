@@ -30,6 +30,8 @@ from nncf_hqq.parameters import ZeroPointFormat
         pytest.param("iterations", -1, id="iterations-negative"),
         pytest.param("iterations", 2.5, id="iterations-float"),
         pytest.param("iterations", True, id="iterations-bool"),
+        pytest.param("calibration_token_rows", -2, id="token-rows-negative"),
+        pytest.param("calibration_token_rows", 1.5, id="token-rows-float"),
         pytest.param("early_stop", 1, id="early-stop-int"),
         pytest.param("shrinkage", "off", id="shrinkage-string"),
         pytest.param("rtn_guard", "yes", id="guard-string"),
@@ -88,6 +90,7 @@ RECOMMENDED = {
     "unit_gain": True,
     "rtn_roles": (AttentionRole.VALUE,),
     "output_guard": True,
+    "calibration_token_rows": 0,
 }
 
 
