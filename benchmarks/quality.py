@@ -132,6 +132,13 @@ ROWS: dict[str, HQQParameters | None] = {
         for steps in ("awq_se", "se")
         for k in (4, 8, 16, 32)
     },
+    # ... and the guard judging on the half of the samples the refinement did not fit (data-free HQQ competing)
+    **{
+        f"self_awq_se_hqq_tok{k}_held_out": dataclasses.replace(
+            HQQ_DEFAULT, calibration_token_rows=k, guard_held_out=True
+        )
+        for k in (0, 8, 16, 32)
+    },
     # Scale Estimation alone on Tiny Shakespeare (also for the MiniLM encoder, as 128-token windows)
     "ts_se": None,
     "ts_se_hqq": HQQ_DEFAULT,
@@ -182,6 +189,10 @@ ROW_OPTIONS: dict[str, dict[str, Any]] = {
         for k in (4, 8, 16, 32)
     },
     **{f"self_se_hqq_tok{k}": {"scale_estimation": True, "self_calibrated": True} for k in (4, 8, 16, 32)},
+    **{
+        f"self_awq_se_hqq_tok{k}_held_out": {"awq": True, "scale_estimation": True, "self_calibrated": True}
+        for k in (0, 8, 16, 32)
+    },
     **{row: {"scale_estimation": True, "calibrated": True} for row in ("ts_se", "ts_se_hqq", "ts_se_hqq_no_guard")},
     **{f"int{b}_sym_{m}": {"mode": nncf.CompressWeightsMode(f"int{b}_sym")} for b in (4, 3, 2) for m in ("rtn", "hqq")},
     **{f"int{b}_asym_hqq": {"mode": LowBitMode(f"int{b}_asym")} for b in (3, 2)},

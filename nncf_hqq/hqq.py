@@ -93,6 +93,14 @@ def merge_reduction_axes(weight: Tensor, axes: tuple[int, ...]) -> tuple[Tensor,
     return merged, restore
 
 
+def split_samples_in_halves(activations: Tensor) -> tuple[Tensor, Tensor]:
+    """Calibration inputs ``[..., samples]`` cut in two along the samples: the first half to fit, the second to
+    judge on. Token rows are stored sample by sample (``nncf_hqq.statistics``), so the halves hold different
+    sequences (the one at the cut shared when the count of samples is odd)."""
+    half = activations.shape[-1] // 2
+    return activations[..., :half], activations[..., half:]
+
+
 def as_float32_numpy(weight: Tensor) -> Tensor:
     """The weight as a float32 numpy tensor, whatever its backend: HQQ's maths and compiled kernels run on numpy.
     OpenVINO tensors (also bf16/f16 ones) are converted, torch tensors (any dtype, any device) cast to float32 and
@@ -302,6 +310,18 @@ class HQQ:
         :param activations: calibration inputs of the layer, ``[in, samples]`` (or ``[experts, in, samples]``).
         """
         base = self.compress(weight, reduction_axis, config, importance, role)
+        return self.refine_on_activations(weight, reduction_axis, config, activations, base)
+
+    def refine_on_activations(
+        self,
+        weight: Tensor,
+        reduction_axis: int,
+        config: WeightCompressionConfig,
+        activations: Tensor,
+        base: CompressedWeight,
+    ) -> CompressedWeight:
+        """``base`` (a data-free result of ``weight``) with its scales refined on calibration ``activations``
+        (``[in, samples]`` or ``[experts, in, samples]``), its zero points kept; a symmetric ``base`` as it is."""
         if base.zero_point is None:  # symmetric: the data-aware refinement is written for zero points
             return base
         integer_zero_point = not np.issubdtype(base.zero_point.as_numpy_tensor().data.dtype, np.floating)
@@ -438,8 +458,12 @@ class HQQ:
         activations = self.calibration_inputs(planned, graph, backend_entity)
         if not self.params.output_guard:
             return self.compress_on_activations(weight, axis, config, activations, importance, planned.role)
-        candidate = self.compress_on_activations(weight, axis, config, activations, importance, None)
-        result, _ = self.guard_on_outputs(weight, axis, config, activations, candidate, planned.reference)
+        held_out = self.params.guard_held_out and activations.shape[-1] >= 2
+        fit, check = split_samples_in_halves(activations) if held_out else (activations, activations)
+        base = self.compress(weight, axis, config, importance, None)
+        candidate = self.refine_on_activations(weight, axis, config, fit, base)
+        others = (base,) if held_out else ()
+        result, _ = self.guard_on_outputs(weight, axis, config, check, candidate, planned.reference, others)
         return result
 
     def calibration_inputs(self, planned: _PlannedWeight, graph: NNCFGraph, backend_entity: HQQAlgoBackend) -> Tensor:
@@ -461,11 +485,12 @@ class HQQ:
         activations: Tensor,
         candidate: CompressedWeight,
         reference: CompressedWeight | None,
+        others: tuple[CompressedWeight, ...] = (),
     ) -> tuple[CompressedWeight, list[int]]:
         """Every output row from whichever of ``candidate`` (HQQ's), ``reference`` (NNCF's Scale Estimation scales
-        and zero points, when given) and NNCF's round-to-nearest has the least output error on ``activations``
-        (``maths.guard.choose_per_row``); also returns the rows each gave, in that order (0 for a missing
-        reference)."""
+        and zero points, when given), NNCF's round-to-nearest and ``others`` (in the weight's grouped layout) has
+        the least output error on ``activations`` (``maths.guard.choose_per_row``); also returns the rows each
+        gave, in that order (0 for a missing reference)."""
         bits = self.bits(config)
         weight = as_float32_numpy(weight)
         grouped, grouped_axis = split_into_groups(weight, axis, config.group_size)
@@ -474,13 +499,13 @@ class HQQ:
             rtn = to_symmetric_compressed_weight(grouped, symmetric_init(grouped, grouped_axis, bits), bits)
         else:
             rtn = to_compressed_weight(grouped, *rtn_scale_zero_point(grouped, grouped_axis, bits), bits, True)
-        candidates = [candidate, rtn]
+        candidates = [candidate, rtn, *others]
         has_reference = reference is not None and reference.scale is not None
         if has_reference:
             candidates.insert(1, encoded_reference(grouped, reference, bits, symmetric))
         inputs = as_float32_numpy(activations)
         result, counts = choose_per_row(weight, candidates, inputs, axis, config.group_size != -1)
-        return result, counts if has_reference else [counts[0], 0, counts[1]]
+        return result, counts if has_reference else [counts[0], 0, *counts[1:]]
 
 
 @dataclass(frozen=True)

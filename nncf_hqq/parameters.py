@@ -135,6 +135,9 @@ class HQQParameters:
         calibration sample's input to a layer HQQ's scale refinement and output guard fit (drawn at random, a fixed
         seed per layer; ``nncf_hqq.statistics``). 0: NNCF's per-sample means over the tokens, what NNCF's Scale
         Estimation fits (the guard's NNCF reference is always computed on those).
+    :param guard_held_out: with ``output_guard``, HQQ's refinement fits the first half of the calibration samples
+        and the guard judges on the second half, where HQQ's data-free result competes too; so a row keeps the
+        refinement only where it carries over to samples it did not fit.
     """
 
     lp_norm: float = 0.7
@@ -156,6 +159,7 @@ class HQQParameters:
     rtn_roles: tuple[AttentionRole, ...] = (AttentionRole.VALUE,)
     output_guard: bool = True
     calibration_token_rows: int = 0
+    guard_held_out: bool = False
 
     def __post_init__(self) -> None:
         _check_number("lp_norm", self.lp_norm, lambda v: 0.0 < v <= 1.0, "in (0, 1]")
@@ -175,6 +179,7 @@ class HQQParameters:
             "weighted_proximal",
             "unit_gain",
             "output_guard",
+            "guard_held_out",
         ):
             if not isinstance(getattr(self, name), bool):
                 msg = f"HQQParameters.{name} must be a bool, got {getattr(self, name)!r}."

@@ -123,3 +123,38 @@ def test_no_row_is_worse_than_nncfs_scale_estimation_on_the_same_statistics(
     assert (errors(guarded) <= errors(nncf_se) * (1 + 1e-6)).all()
     assert (errors(guarded) <= errors(candidate) * (1 + 1e-6)).all()
     assert errors(guarded).sum() < errors(nncf_se).sum(), "HQQ should win some rows on heavy-tailed weights"
+
+
+def test_samples_are_cut_in_halves_along_the_last_axis() -> None:
+    from nncf_hqq.hqq import split_samples_in_halves
+
+    values = Tensor(np.arange(2 * 3 * 5, dtype=np.float32).reshape(2, 3, 5))
+    fit, check = split_samples_in_halves(values)
+    np.testing.assert_array_equal(fit.data, values.data[..., :2])
+    np.testing.assert_array_equal(check.data, values.data[..., 2:])
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_held_out_guard_judges_on_samples_the_refinement_did_not_fit(seed: int) -> None:
+    """The held-out guard's rows: each from HQQ refined on the first half, HQQ data-free, NNCF's SE or RTN, the one
+    of least output error on the second half."""
+    from nncf_hqq.hqq import split_samples_in_halves
+
+    rng = np.random.default_rng(seed)
+    weight = Tensor(heavy_tailed(rng, (48, 128)))
+    config = WeightCompressionConfig(mode=CompressWeightsMode.INT4_ASYM, group_size=32)
+    _, activations = process_stats(_statistics(rng, 128, 24), 24)
+    fit, check = split_samples_in_halves(activations)
+    hqq = HQQ(HQQ_DEFAULT.replace(guard_held_out=True))
+    base = hqq.compress(weight, 1, config)
+    refined = hqq.refine_on_activations(weight, 1, config, fit, base)
+    guarded, counts = hqq.guard_on_outputs(weight, 1, config, check, refined, None, (base,))
+    assert len(counts) == 4 and counts[1] == 0 and sum(counts) == 48
+
+    def errors(c: CompressedWeight, inputs: Tensor) -> np.ndarray:
+        return row_output_errors(weight, decompress(c).reshape((48, 128)), inputs, 1).data
+
+    least = np.minimum(errors(refined, check), errors(base, check))
+    assert (errors(guarded, check) <= least * (1 + 1e-6)).all()
+    # on the half it fitted, the refinement is never worse than where it started
+    assert errors(refined, fit).sum() <= errors(base, fit).sum()

@@ -91,6 +91,7 @@ RECOMMENDED = {
     "rtn_roles": (AttentionRole.VALUE,),
     "output_guard": True,
     "calibration_token_rows": 0,
+    "guard_held_out": False,
 }
 
 

@@ -167,3 +167,25 @@ def test_token_rows_on_a_pytorch_model(monkeypatch: pytest.MonkeyPatch) -> None:
     assert tokens and set(tokens) <= set(captured["means"])
     samples = len(next(iter(captured["means"].values())).mean_values)
     assert all(len(stats.mean_values) == 5 * samples for stats in tokens.values())
+
+
+@pytest.mark.parametrize("rows", [0, 4], ids=["means", "token-rows"])
+def test_held_out_guard_changes_the_result_and_keeps_the_model_close(rows: int, dataset: nncf.Dataset) -> None:
+    def compressed(held_out: bool) -> Any:
+        return nncf.compress_weights(
+            transformer_like(moe=False),
+            **INT4,
+            dataset=dataset,
+            scale_estimation=True,
+            hqq=True,
+            hqq_params={"calibration_token_rows": rows, "guard_held_out": held_out},
+        )
+
+    def scale(model: Any) -> np.ndarray:
+        return next(op.get_data() for op in model.get_ordered_ops() if op.get_friendly_name() == "up_proj/scale")
+
+    held_out = compressed(True)
+    assert not np.array_equal(scale(compressed(False)), scale(held_out))
+    from tests.test_composition import relative_error
+
+    assert relative_error(held_out) < 0.15

@@ -89,6 +89,7 @@ SUPPORTED_PARAMETERS: dict[str, Callable[[object], bool]] = {
     "unit_gain": lambda value: True,
     "output_guard": lambda value: True,  # a choice among finished results (nncf_hqq.maths.guard), not the solver's
     "calibration_token_rows": lambda value: True,  # which calibration inputs the data-aware steps fit
+    "guard_held_out": lambda value: True,
 }
 
 
