@@ -140,6 +140,13 @@ ROWS: dict[str, HQQParameters | None] = {
         for k in (0, 8, 16, 32)
     },
     # Scale Estimation alone on Tiny Shakespeare (also for the MiniLM encoder, as 128-token windows)
+    **{
+        f"ts_se_hqq_tok{k}{suffix}": dataclasses.replace(
+            HQQ_DEFAULT, calibration_token_rows=k, guard_held_out=bool(suffix)
+        )
+        for k in (8, 32)
+        for suffix in ("", "_held_out")
+    },
     "ts_se": None,
     "ts_se_hqq": HQQ_DEFAULT,
     "ts_se_hqq_no_guard": dataclasses.replace(HQQ_DEFAULT, output_guard=False),
@@ -194,6 +201,11 @@ ROW_OPTIONS: dict[str, dict[str, Any]] = {
         for k in (0, 8, 16, 32)
     },
     **{row: {"scale_estimation": True, "calibrated": True} for row in ("ts_se", "ts_se_hqq", "ts_se_hqq_no_guard")},
+    **{
+        f"ts_se_hqq_tok{k}{suffix}": {"scale_estimation": True, "calibrated": True}
+        for k in (8, 32)
+        for suffix in ("", "_held_out")
+    },
     **{f"int{b}_sym_{m}": {"mode": nncf.CompressWeightsMode(f"int{b}_sym")} for b in (4, 3, 2) for m in ("rtn", "hqq")},
     **{f"int{b}_asym_hqq": {"mode": LowBitMode(f"int{b}_asym")} for b in (3, 2)},
     **{name: {"mode": nncf.CompressWeightsMode.INT4_SYM} for name in SYMMETRIC_VARIANTS},
@@ -269,6 +281,7 @@ def compress(
     model = ov.Core().read_model(ir_xml(ir_dir))
     options = dict(options or {})
     mode = options.pop("mode", nncf.CompressWeightsMode.INT4_ASYM)
+    fresh = FRESH_STATISTICS["fresh"] or (params is not None and params.calibration_token_rows > 0)
     if options.pop("calibrated", False):
         count = CALIBRATION_SAMPLES["samples"]
         if ir_dir == MODELS["minilm"][0]():
@@ -276,15 +289,15 @@ def compress(
         else:
             samples = calibration_samples(load_tokenizer(ir_dir), shared_path(SHAKESPEARE), count)
         options["dataset"] = nncf.Dataset(samples)
-        # the calibrated rows share NNCF's cached activation statistics (collected once per model and count)
-        if not FRESH_STATISTICS["fresh"]:
+        # the calibrated rows share NNCF's cached activation statistics (collected once per model and count);
+        # that cache holds no token rows, so the token-row rows collect their statistics in the run
+        if not fresh:
             statistics = cache_dir() / "statistics" / f"{ir_dir.name}_{count}x256"
             options["advanced_parameters"] = nncf.AdvancedCompressionParameters(statistics_path=str(statistics))
     if options.pop("self_calibrated", False):
         samples, key = self_calibration_samples(ir_dir)
         options["dataset"] = nncf.Dataset(samples)
-        # NNCF's statistics cache holds no token rows: those rows collect their statistics in the run
-        if not FRESH_STATISTICS["fresh"] and not (params is not None and params.calibration_token_rows > 0):
+        if not fresh:
             statistics = cache_dir() / "statistics" / f"{ir_dir.name}_self_{key}"
             options["advanced_parameters"] = nncf.AdvancedCompressionParameters(statistics_path=str(statistics))
     start = time.perf_counter()

@@ -11,6 +11,7 @@ collects its own activation statistics, the self-calibrated rows generate their 
 - ``self_awq_se``: NNCF's AWQ + Scale Estimation on ``dataset="self"`` (generation included);
 - ``self_se_hqq``: Scale Estimation + HQQ on ``dataset="self"``;
 - ``self_awq_se_hqq``: AWQ + Scale Estimation + HQQ on ``dataset="self"``;
+- ``self_awq_se_hqq_tok32``: the same with ``hqq_params=nncf_hqq.HQQ_TOKEN_ROWS`` (HQQ fits 32 token rows per sample);
 - ``self_awq_se_hqq_checked``: what ``nncf-hqq compress`` does by default: that, plus the output check (held-out
   generation, the data-free HQQ and RTN compressions, and the comparison of the three on the held-out text).
 Prints a table and writes JSON with the generation time measured apart and the ratios to the reference.
@@ -45,7 +46,14 @@ from nncf_hqq.self_calibration import generate_sequences
 
 SHAKESPEARE = "data/tinyshakespeare/input.txt"
 MODELS: dict[str, tuple[Callable[[], Path], int]] = {"smollm2": (smollm2_ov_dir, 64), "qwen": (qwen_ov_dir, 128)}
-ROWS = ("nncf_awq_se_text128", "self_awq_se", "self_se_hqq", "self_awq_se_hqq", "self_awq_se_hqq_checked")
+ROWS = (
+    "nncf_awq_se_text128",
+    "self_awq_se",
+    "self_se_hqq",
+    "self_awq_se_hqq",
+    "self_awq_se_hqq_tok32",
+    "self_awq_se_hqq_checked",
+)
 
 
 def compress_seconds(ir_dir: Path, group_size: int, row: str) -> float:
@@ -68,7 +76,8 @@ def compress_seconds(ir_dir: Path, group_size: int, row: str) -> float:
         awq="_awq" in row,
         scale_estimation=True,
         dataset=dataset,
-        hqq=row.endswith("_hqq"),
+        hqq="_hqq" in row,
+        hqq_params=nncf_hqq.HQQ_TOKEN_ROWS if row.endswith("_tok32") else None,
     )
     return time.perf_counter() - start
 

@@ -19,6 +19,7 @@ from nncf_hqq.api import compress_weights
 from nncf_hqq.openvino.graph import moe_gate_matmuls
 from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import HQQ_REFERENCE
+from nncf_hqq.parameters import HQQ_TOKEN_ROWS
 from nncf_hqq.parameters import AttentionRole
 from nncf_hqq.parameters import EarlyStopScope
 from nncf_hqq.parameters import HQQParameters
@@ -33,6 +34,7 @@ __version__ = "0.1.0"
 __all__ = [
     "HQQ_DEFAULT",
     "HQQ_REFERENCE",
+    "HQQ_TOKEN_ROWS",
     "SELF_CALIBRATION_DEFAULT",
     "AdvancedCompressionParameters",
     "AttentionRole",

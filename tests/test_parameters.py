@@ -121,3 +121,10 @@ def test_replace_changes_only_the_named_fields_and_validates() -> None:
 )
 def test_hqq_params_dict_changes_the_default(given: object, expected: HQQParameters) -> None:
     assert resolve_hqq_parameters(given, None) == expected  # type: ignore[arg-type]
+
+
+def test_token_rows_preset_is_the_default_fitting_token_rows() -> None:
+    from nncf_hqq import HQQ_TOKEN_ROWS
+
+    changed = {k for k, v in dataclasses.asdict(HQQ_TOKEN_ROWS).items() if v != RECOMMENDED[k]}
+    assert changed == {"calibration_token_rows"} and HQQ_TOKEN_ROWS.calibration_token_rows == 32
