@@ -17,7 +17,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundations", ("nncf_hqq.parameters", "nncf_hqq._nncf")),
     ("maths", ("nncf_hqq.maths",)),
     ("kernels", ("nncf_hqq.kernels",)),
-    ("algorithm", ("nncf_hqq.hqq",)),
+    ("algorithm", ("nncf_hqq.hqq", "nncf_hqq.statistics")),
     ("backends", ("nncf_hqq.openvino", "nncf_hqq.torch")),
     ("integration", ("nncf_hqq.integration",)),
     ("api", ("nncf_hqq.api", "nncf_hqq")),
