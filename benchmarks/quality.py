@@ -126,6 +126,9 @@ ROWS: dict[str, HQQParameters | None] = {
     "self_se": None,
     "self_se_hqq": HQQ_DEFAULT,
     "self_se_hqq_no_guard": dataclasses.replace(HQQ_DEFAULT, output_guard=False),
+    # NNCF's GPTQ (alone and with its Scale Estimation) on the same generated text
+    "self_gptq": None,
+    "self_gptq_se": None,
     # HQQ's refinement and guard on k token rows per sample instead of NNCF's per-sample means
     **{
         f"self_{steps}_hqq_tok{k}": dataclasses.replace(HQQ_DEFAULT, calibration_token_rows=k)
@@ -138,6 +141,21 @@ ROWS: dict[str, HQQParameters | None] = {
             HQQ_DEFAULT, calibration_token_rows=k, guard_held_out=True
         )
         for k in (0, 8, 16, 32)
+    },
+    # ... and the guard also weighing HQQ's grid with GPTQ's error-feedback rounding on the token rows (damp 0.1 or
+    # 0.01; "_held_out": fitted on half of the samples, judged on the other half)
+    **{
+        f"self_{steps}_hqq_tok{k}_ef{tag}{suffix}": dataclasses.replace(
+            HQQ_DEFAULT,
+            calibration_token_rows=k,
+            error_feedback=True,
+            error_feedback_damp=damp,
+            guard_held_out=bool(suffix),
+        )
+        for steps in ("awq_se", "se")
+        for k in (32, 64)
+        for tag, damp in (("", 0.1), ("01", 0.01))
+        for suffix in ("", "_held_out")
     },
     # Scale Estimation alone on Tiny Shakespeare (also for the MiniLM encoder, as 128-token windows)
     **{
@@ -191,11 +209,24 @@ ROW_OPTIONS: dict[str, dict[str, Any]] = {
         row: {"scale_estimation": True, "self_calibrated": True}
         for row in ("self_se", "self_se_hqq", "self_se_hqq_no_guard")
     },
+    "self_gptq": {"gptq": True, "self_calibrated": True},
+    "self_gptq_se": {"gptq": True, "scale_estimation": True, "self_calibrated": True},
     **{
         f"self_awq_se_hqq_tok{k}": {"awq": True, "scale_estimation": True, "self_calibrated": True}
         for k in (4, 8, 16, 32)
     },
     **{f"self_se_hqq_tok{k}": {"scale_estimation": True, "self_calibrated": True} for k in (4, 8, 16, 32)},
+    **{
+        f"self_{steps}_hqq_tok{k}_ef{tag}{suffix}": {
+            "awq": steps == "awq_se",
+            "scale_estimation": True,
+            "self_calibrated": True,
+        }
+        for steps in ("awq_se", "se")
+        for k in (32, 64)
+        for tag in ("", "01")
+        for suffix in ("", "_held_out")
+    },
     **{
         f"self_awq_se_hqq_tok{k}_held_out": {"awq": True, "scale_estimation": True, "self_calibrated": True}
         for k in (0, 8, 16, 32)
@@ -281,7 +312,12 @@ def compress(
     model = ov.Core().read_model(ir_xml(ir_dir))
     options = dict(options or {})
     mode = options.pop("mode", nncf.CompressWeightsMode.INT4_ASYM)
-    fresh = FRESH_STATISTICS["fresh"] or (params is not None and params.calibration_token_rows > 0)
+    # NNCF's statistics cache holds neither HQQ's token rows nor GPTQ's full layer inputs: such rows collect theirs
+    fresh = (
+        FRESH_STATISTICS["fresh"]
+        or (params is not None and params.calibration_token_rows > 0)
+        or bool(options.get("gptq"))
+    )
     if options.pop("calibrated", False):
         count = CALIBRATION_SAMPLES["samples"]
         if ir_dir == MODELS["minilm"][0]():

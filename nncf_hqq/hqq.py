@@ -38,8 +38,10 @@ from nncf_hqq.kernels import proximal
 from nncf_hqq.kernels import refine
 from nncf_hqq.kernels import symmetric
 from nncf_hqq.kernels.activations import refine_scale_on_activations
+from nncf_hqq.maths.conversion import contiguous
 from nncf_hqq.maths.conversion import to_compressed_weight
 from nncf_hqq.maths.conversion import to_symmetric_compressed_weight
+from nncf_hqq.maths.error_feedback import error_feedback_codes
 from nncf_hqq.maths.guard import choose_per_row
 from nncf_hqq.maths.solver import hqq_solve
 from nncf_hqq.maths.solver import rtn_scale_zero_point
@@ -347,6 +349,29 @@ class HQQ:
         scale = from_canonical(1.0 / inverse_scale)
         return to_compressed_weight(grouped, scale, from_canonical(zero), self.bits(config), integer_zero_point)
 
+    def with_error_feedback(
+        self, weight: Tensor, axis: int, config: WeightCompressionConfig, activations: Tensor, grid: CompressedWeight
+    ) -> tuple[CompressedWeight, ...]:
+        """``grid``'s scales and zero points with codes rounded by GPTQ's error feedback on ``activations``
+        (``[in, samples]``; ``maths.error_feedback``); nothing for a symmetric grid or a weight that is not 2-D."""
+        if grid.zero_point is None or weight.ndim != 2:
+            return ()
+        weight = as_float32_numpy(weight)
+        to_canonical, from_canonical = group_layout_moves(config.group_size, axis)
+        inverse_scale = 1.0 / to_canonical(grid.scale.astype(TensorDataType.float32))
+        zero = to_canonical(grid.zero_point.astype(TensorDataType.float32))
+        canonical = fns.moveaxis(weight, axis, -1)
+        codes = error_feedback_codes(
+            canonical,
+            inverse_scale,
+            zero,
+            as_float32_numpy(activations),
+            self.bits(config),
+            self.params.error_feedback_damp,
+        )
+        grouped_codes = from_canonical(codes.reshape(tuple(to_canonical(grid.tensor).shape)))
+        return (CompressedWeight(contiguous(grouped_codes.astype(grid.tensor.dtype)), grid.scale, grid.zero_point),)
+
     def check_weights(
         self,
         model: Any,
@@ -463,6 +488,8 @@ class HQQ:
         base = self.compress(weight, axis, config, importance, None)
         candidate = self.refine_on_activations(weight, axis, config, fit, base)
         others = (base,) if held_out else ()
+        if self.params.error_feedback and planned.token_statistics is not None:
+            others = (*others, *self.with_error_feedback(weight, axis, config, fit, candidate))
         result, _ = self.guard_on_outputs(weight, axis, config, check, candidate, planned.reference, others)
         return result
 

@@ -138,6 +138,11 @@ class HQQParameters:
     :param guard_held_out: with ``output_guard``, HQQ's refinement fits the first half of the calibration samples
         and the guard judges on the second half, where HQQ's data-free result competes too; so a row keeps the
         refinement only where it carries over to samples it did not fit.
+    :param error_feedback: with ``calibration_token_rows`` > 0, the guard also weighs HQQ's refined grid with its
+        codes rounded column by column with GPTQ's error feedback on the token rows' second moment
+        (``nncf_hqq.maths.error_feedback``) instead of to the nearest level. 2-D weights with an asymmetric grid.
+    :param error_feedback_damp: the share of the second moment's mean diagonal added to its diagonal before it is
+        inverted for ``error_feedback`` (GPTQ's dampening; more for fewer token rows).
     """
 
     lp_norm: float = 0.7
@@ -160,11 +165,14 @@ class HQQParameters:
     output_guard: bool = True
     calibration_token_rows: int = 0
     guard_held_out: bool = False
+    error_feedback: bool = False
+    error_feedback_damp: float = 0.1
 
     def __post_init__(self) -> None:
         _check_number("lp_norm", self.lp_norm, lambda v: 0.0 < v <= 1.0, "in (0, 1]")
         _check_number("beta", self.beta, lambda v: v > 0.0, "> 0")
         _check_number("kappa", self.kappa, lambda v: v >= 1.0, ">= 1")
+        _check_number("error_feedback_damp", self.error_feedback_damp, lambda v: v > 0.0, "> 0")
         for name in ("iterations", "refine_rounds", "scale_estimation_rounds", "calibration_token_rows"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -180,10 +188,17 @@ class HQQParameters:
             "unit_gain",
             "output_guard",
             "guard_held_out",
+            "error_feedback",
         ):
             if not isinstance(getattr(self, name), bool):
                 msg = f"HQQParameters.{name} must be a bool, got {getattr(self, name)!r}."
                 raise nncf.ValidationError(msg)
+        if self.error_feedback and self.calibration_token_rows == 0:
+            msg = (
+                "HQQParameters.error_feedback=True needs calibration_token_rows > 0 (the error feedback fits token "
+                "rows; NNCF's per-sample means are too few), got calibration_token_rows=0."
+            )
+            raise nncf.ValidationError(msg)
         _coerce_enum(self, "early_stop_scope", EarlyStopScope)
         _coerce_enum(self, "zero_point_format", ZeroPointFormat)
         _coerce_enum(self, "importance", Importance)

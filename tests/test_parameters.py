@@ -32,6 +32,8 @@ from nncf_hqq.parameters import ZeroPointFormat
         pytest.param("iterations", True, id="iterations-bool"),
         pytest.param("calibration_token_rows", -2, id="token-rows-negative"),
         pytest.param("calibration_token_rows", 1.5, id="token-rows-float"),
+        pytest.param("error_feedback_damp", 0.0, id="damp-zero"),
+        pytest.param("error_feedback", "on", id="error-feedback-string"),
         pytest.param("early_stop", 1, id="early-stop-int"),
         pytest.param("shrinkage", "off", id="shrinkage-string"),
         pytest.param("rtn_guard", "yes", id="guard-string"),
@@ -92,6 +94,8 @@ RECOMMENDED = {
     "output_guard": True,
     "calibration_token_rows": 0,
     "guard_held_out": False,
+    "error_feedback": False,
+    "error_feedback_damp": 0.1,
 }
 
 
@@ -128,3 +132,9 @@ def test_token_rows_preset_is_the_default_fitting_token_rows() -> None:
 
     changed = {k for k, v in dataclasses.asdict(HQQ_TOKEN_ROWS).items() if v != RECOMMENDED[k]}
     assert changed == {"calibration_token_rows"} and HQQ_TOKEN_ROWS.calibration_token_rows == 32
+
+
+def test_error_feedback_needs_token_rows() -> None:
+    with pytest.raises(nncf.ValidationError, match=r"error_feedback=True needs calibration_token_rows > 0"):
+        HQQ_DEFAULT.replace(error_feedback=True)
+    assert HQQ_DEFAULT.replace(error_feedback=True, calibration_token_rows=4).error_feedback

@@ -90,6 +90,8 @@ SUPPORTED_PARAMETERS: dict[str, Callable[[object], bool]] = {
     "output_guard": lambda value: True,  # a choice among finished results (nncf_hqq.maths.guard), not the solver's
     "calibration_token_rows": lambda value: True,  # which calibration inputs the data-aware steps fit
     "guard_held_out": lambda value: True,
+    "error_feedback": lambda value: True,  # another candidate for the guard, after the solver
+    "error_feedback_damp": lambda value: True,
 }
 
 
