@@ -43,6 +43,7 @@ from nncf_hqq.maths.conversion import to_compressed_weight
 from nncf_hqq.maths.conversion import to_symmetric_compressed_weight
 from nncf_hqq.maths.error_feedback import error_feedback_codes
 from nncf_hqq.maths.guard import choose_per_row
+from nncf_hqq.maths.solver import equivalent_inputs
 from nncf_hqq.maths.solver import hqq_solve
 from nncf_hqq.maths.solver import rtn_scale_zero_point
 from nncf_hqq.maths.solver import split_into_groups
@@ -336,6 +337,8 @@ class HQQ:
         zero = to_canonical(base.zero_point.astype(TensorDataType.float32))
         inputs = as_float32_numpy(activations)
         grouped_inputs = inputs.reshape((*inputs.shape[:-2], -1, group_size, inputs.shape[-1]))
+        if grouped_inputs.shape[-1] > group_size:  # more samples (token rows) than a group has inputs
+            grouped_inputs = equivalent_inputs(grouped_inputs)
         inverse_scale = refine_scale_on_activations(
             canonical,
             inverse_scale,
@@ -531,6 +534,8 @@ class HQQ:
         if has_reference:
             candidates.insert(1, encoded_reference(grouped, reference, bits, symmetric))
         inputs = as_float32_numpy(activations)
+        if inputs.shape[-1] > inputs.shape[-2]:  # more samples (token rows) than the layer has inputs
+            inputs = equivalent_inputs(inputs)
         result, counts = choose_per_row(weight, candidates, inputs, axis, config.group_size != -1)
         return result, counts if has_reference else [counts[0], 0, *counts[1:]]
 

@@ -113,3 +113,26 @@ def test_dispatch_uses_the_compiled_model(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(kernel, "refine_compiled", counted)
     kernel.refine_scale_on_activations(*case, 4, 4, FACTORS)
     assert calls == [1]
+
+
+@pytest.mark.parametrize(("group_size", "samples"), [(16, 200), (64, 65)], ids=["many-rows", "one-more-row"])
+def test_equivalent_inputs_have_the_same_second_moment(group_size: int, samples: int) -> None:
+    *_, inputs = layer_case(4, 3, group_size, samples, seed=2)
+    factor = solver.equivalent_inputs(inputs).data
+    x = inputs.data.astype(np.float64)
+    assert factor.shape == (3, group_size, group_size)
+    second_moment = x @ np.swapaxes(x, -1, -2)
+    np.testing.assert_allclose(factor @ np.swapaxes(factor, -1, -2), second_moment, atol=1e-5 * second_moment.max())
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["reference", "compiled"])
+def test_refinement_on_equivalent_inputs_is_the_refinement_on_the_rows(compiled: bool) -> None:
+    """Same tolerance as the compiled/reference alignment: the sums are the same in another order."""
+    weight, inverse_scale, zero, inputs = layer_case(48, 4, 32, 300, seed=3)
+    refine = kernel.refine_compiled if compiled else solver.refine_scale_on_activations
+    on_rows = refine(weight, inverse_scale, zero, inputs, 4, 4, FACTORS)
+    on_factor = refine(weight, inverse_scale, zero, solver.equivalent_inputs(inputs), 4, 4, FACTORS)
+    relative = np.abs(on_factor.data - on_rows.data) / np.abs(on_rows.data)
+    assert np.mean(relative <= 1e-5) >= 0.995
+    case = (weight, inverse_scale, zero, inputs)
+    assert total_output_error(case, on_factor) <= total_output_error(case, on_rows) * (1 + 1e-4)

@@ -351,6 +351,17 @@ def output_projections(values: Tensor, activations: Tensor) -> Tensor:
     return fns.matmul(fns.moveaxis(values, -3, -2), activations)
 
 
+def equivalent_inputs(activations: Tensor) -> Tensor:
+    """Inputs ``R`` ``[..., n, n]`` with ``R R^T = X X^T`` for calibration inputs ``X`` ``[..., n, samples]``
+    (from the eigendecomposition of ``X X^T``, in float64). The output error ``||d X||^2 = d X X^T d^T`` and the
+    least-squares sums of ``refine_scale_on_activations`` depend on ``X`` only through ``X X^T``, so they are the
+    same on ``R``, which has ``n`` columns instead of ``samples``: fewer whenever ``samples > n``."""
+    inputs = activations.astype(TensorDataType.float64)
+    second_moment = fns.matmul(inputs, fns.moveaxis(inputs, -1, -2))
+    vectors, values, _ = fns.linalg.svd(second_moment, full_matrices=False)  # symmetric PSD: U S U^T
+    return (vectors * fns.expand_dims(fns.maximum(values, 0.0) ** 0.5, -2)).astype(TensorDataType.float32)
+
+
 def activation_error(
     weight_outputs: Tensor, weight: Tensor, inverse_scale: Tensor, zero: Tensor, activations: Tensor, num_bits: int
 ) -> tuple[Tensor, Tensor]:
