@@ -253,7 +253,7 @@ HQQ_DEFAULT = HQQParameters()
 
 #: ``HQQ_DEFAULT`` with HQQ's data-aware refinement and output guard fitting 32 token rows of each calibration
 #: sample instead of NNCF's per-sample means (``calibration_token_rows``). On self-generated text (32 sequences):
-#: better KL and top-1 on SmolLM2 and the Qwen model and better perplexity on the Qwen model, at 2.4x the
+#: better KL and top-1 on SmolLM2 and the Qwen model and better perplexity on the Qwen model, at 1.5x the
 #: compression time of ``HQQ_DEFAULT`` (docs/self_calibration.md). The rows kept grow with the number of samples.
 HQQ_TOKEN_ROWS = HQQ_DEFAULT.replace(calibration_token_rows=32)
 
