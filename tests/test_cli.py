@@ -90,6 +90,9 @@ def compressed_dir(tiny_llm: tuple[Path, Any], tmp_path_factory: pytest.TempPath
         (["compress", "m", "out", "--group-size", "0"], "--group-size must be"),
         (["compress", "m", "out", "--zero-point", "int", "--no-hqq"], "cannot be combined with --no-hqq"),
         (["compress", "m", "out", "--zero-point", "half"], "invalid choice: 'half'"),
+        (["compress", "m", "out", "--token-rows", "-1"], "--token-rows must be >= 0, got -1"),
+        (["compress", "m", "out", "--token-rows", "8", "--no-hqq"], "--token-rows sets what HQQ fits"),
+        (["compress", "m", "out", "--token-rows", "8", "--no-self-calibration"], "--token-rows needs calibration data"),
         (["compress", "m", "out", "--mode", "int8_asym", "--group-size", "64"], "drop --group-size"),
         (["compress", "m", "out", "--mode", "int2_asym", "--no-hqq"], "float-zero-point; drop --no-hqq"),
         (["compress", "m", "out", "--mode", "int3_asym", "--zero-point", "int"], "drop --zero-point int"),
@@ -261,6 +264,18 @@ def test_output_check_candidates_are_data_free_hqq_and_rtn() -> None:
     assert candidates["data-free"].scale_estimation is False and candidates["data-free"].self_calibration is None
     assert candidates["data-free"].hqq is True and candidates["data-free"].zero_point == "float"
     assert candidates["rtn"].hqq is False and candidates["rtn"].group_size == 64
+
+
+def test_token_rows_option_is_hqqs_calibration_token_rows() -> None:
+    from nncf_hqq import HQQ_TOKEN_ROWS
+
+    assert workflows.CompressionOptions(token_rows=32).hqq_params() == HQQ_TOKEN_ROWS
+    both = workflows.CompressionOptions(token_rows=8, zero_point="int").hqq_params()
+    assert both is not None and both.calibration_token_rows == 8 and both.zero_point_format.value == "integer"
+    assert workflows.CompressionOptions().hqq_params() is None
+    calibrated = workflows.CompressionOptions(scale_estimation=True, token_rows=32)
+    candidates = workflows.output_check_candidates(calibrated, calibrated)
+    assert candidates["self-calibrated"].token_rows == 32 and candidates["data-free"].token_rows == 0
 
 
 def test_compress_says_why_it_does_not_self_calibrate(

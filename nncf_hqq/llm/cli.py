@@ -125,6 +125,14 @@ def _add_compress_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--zero-point", choices=sorted(workflows.ZERO_POINT_FORMATS), help="HQQ zero point (default float)")
     p.add_argument("--no-hqq", action="store_true", help="plain NNCF (round to nearest) instead of HQQ")
     p.add_argument(
+        "--token-rows",
+        metavar="K",
+        type=int,
+        default=0,
+        help="with calibration data: HQQ's refinement and guard fit K random token rows of each sample (32: "
+        "nncf_hqq.HQQ_TOKEN_ROWS) instead of NNCF's per-sample means (default 0: the means)",
+    )
+    p.add_argument(
         "--ignore",
         metavar="REGEX",
         action="append",
@@ -240,6 +248,12 @@ def check_compress_arguments(args: argparse.Namespace) -> None:
         raise UsageError(f"--subset-size must be positive, got {args.subset_size}")
     if args.zero_point is not None and args.no_hqq:
         raise UsageError("--zero-point sets HQQ's zero point; it cannot be combined with --no-hqq")
+    if args.token_rows < 0:
+        raise UsageError(f"--token-rows must be >= 0, got {args.token_rows}")
+    if args.token_rows and args.no_hqq:
+        raise UsageError("--token-rows sets what HQQ fits; it cannot be combined with --no-hqq")
+    if args.token_rows and args.dataset is None and args.no_self_calibration:
+        raise UsageError("--token-rows needs calibration data: add --dataset TEXT_FILE or drop --no-self-calibration")
     if args.scale_estimation and args.dataset is None and (args.no_self_calibration or args.no_hqq):
         raise UsageError("--scale-estimation needs calibration data: add --dataset TEXT_FILE")
     if args.self_calibration_samples <= 0:
@@ -289,6 +303,7 @@ def compression_options(args: argparse.Namespace) -> CompressionOptions:
         scale_estimation=args.scale_estimation,
         hqq=not args.no_hqq,
         zero_point=args.zero_point,
+        token_rows=args.token_rows,
         subset_size=args.subset_size,
         ignore=tuple(args.ignore),
         quantize_routers=args.quantize_routers,

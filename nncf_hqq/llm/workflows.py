@@ -79,6 +79,7 @@ class CompressionOptions:
     """What ``nncf-hqq compress`` asks of ``nncf.compress_weights``; ``None`` means NNCF's default.
 
     :param zero_point: ``"float"`` or ``"int"`` (HQQ's zero-point format); ``None`` keeps ``HQQ_DEFAULT``'s.
+    :param token_rows: HQQ's ``calibration_token_rows`` (0: ``HQQ_DEFAULT``'s, NNCF's per-sample means).
     :param self_calibration: calibrate on text the model generates (used when no dataset is given).
     """
 
@@ -94,12 +95,17 @@ class CompressionOptions:
     ignore: tuple[str, ...] = ()
     quantize_routers: bool = False
     self_calibration: SelfCalibration | None = None
+    token_rows: int = 0
 
     def hqq_params(self) -> HQQParameters | None:
-        """``HQQ_DEFAULT`` with the requested zero-point format, or None (HQQ_DEFAULT itself / no HQQ)."""
-        if not self.hqq or self.zero_point is None:
+        """``HQQ_DEFAULT`` with the requested zero-point format and token rows, or None (HQQ_DEFAULT itself / no
+        HQQ)."""
+        if not self.hqq or (self.zero_point is None and self.token_rows == 0):
             return None
-        return dataclasses.replace(HQQ_DEFAULT, zero_point_format=ZERO_POINT_FORMATS[self.zero_point])
+        changes: dict[str, Any] = {"calibration_token_rows": self.token_rows}
+        if self.zero_point is not None:
+            changes["zero_point_format"] = ZERO_POINT_FORMATS[self.zero_point]
+        return HQQ_DEFAULT.replace(**changes)
 
     def ignored_scope(self, model: ov.Model) -> nncf.IgnoredScope | None:
         """The layers kept in float: ``ignore`` (regular expressions over layer names) and, unless
@@ -177,7 +183,7 @@ def output_check_candidates(
 ) -> dict[str, CompressionOptions]:
     """The compressions the output check compares, in the order that decides ties: the self-calibrated one, the
     same options without data (Scale Estimation off; AWQ, if asked, data-free) and NNCF's round to nearest."""
-    data_free = dataclasses.replace(data_free, scale_estimation=False, self_calibration=None)
+    data_free = dataclasses.replace(data_free, scale_estimation=False, self_calibration=None, token_rows=0)
     return {
         "self-calibrated": self_calibrated,
         "data-free": data_free,
