@@ -211,6 +211,21 @@ def test_compressed_ir_dir_loads_with_optimum_intel_and_generates(
     generate(compressed_dir, tiny_llm[1])
 
 
+def test_compress_with_token_rows_records_them_and_changes_the_model(
+    compressed_dir: Path,
+    tiny_llm: tuple[Path, Any],  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = ["compress", tiny_llm[0], tmp_path / "out", "--group-size", "64", "--no-output-check", "--token-rows", "8"]
+    code, out, _ = run_cli(args, capsys)
+    assert code == 0, out
+    record = json.loads((tmp_path / "out" / workflows.RECORD_NAME).read_text())
+    assert record["options"]["token_rows"] == 8 and record["self_calibration"] is not None
+    weights = [(d / "openvino_model.bin").read_bytes() for d in (compressed_dir, tmp_path / "out")]
+    assert weights[0] != weights[1]  # the same options and calibration text, HQQ fitted to token rows
+
+
 def test_compress_keeps_the_candidate_closest_to_the_float_model(
     tiny_llm: tuple[Path, Any],  # noqa: F811
     tmp_path: Path,
