@@ -283,6 +283,18 @@ def chat_start_tokens(ir_dir: Path) -> list[int]:
     return [int(i) for i in tokenizer(text, add_special_tokens=False)["input_ids"]]
 
 
+#: ``--self-prompt-text``: (text, first token) of the short user text. The WikiText-2 slice starts at token 32768,
+#: after every window the perplexity is measured on (at most 40 windows of 512 tokens), so none of it is evaluated.
+PROMPT_TEXTS = {"wikitext": (WIKITEXT, 64 * 512), "shakespeare": (SHAKESPEARE, 0)}
+
+
+def prompt_token_ids(ir_dir: Path, name: str, tokens: int) -> tuple[int, ...]:
+    """``tokens`` consecutive token ids of the ``PROMPT_TEXTS`` text ``name``."""
+    path, first = PROMPT_TEXTS[name]
+    ids = tokenize_text(load_tokenizer(ir_dir), shared_path(path))[first : first + tokens]
+    return tuple(int(i) for i in ids)
+
+
 def self_calibration_samples(ir_dir: Path) -> tuple[list[dict[str, Any]], str]:
     """The ``self_calibrated`` rows' samples: sequences the float model generates (cached on disk by settings, so
     that every row and run of a setting calibrates on the same text; the generation time is recorded once)."""
@@ -290,6 +302,9 @@ def self_calibration_samples(ir_dir: Path) -> tuple[list[dict[str, Any]], str]:
     start = SELF_CALIBRATION.get("start", "bos")
     if start == "chat":
         params = params.replace(start_token_ids=tuple(chat_start_tokens(ir_dir)))
+    if "prompt" in SELF_CALIBRATION:
+        name, tokens, length = SELF_CALIBRATION["prompt"]
+        params = params.replace(prompt_token_ids=prompt_token_ids(ir_dir, name, tokens), prompt_len=length)
     bos = generation_bos_token_id(ir_dir) if start == "bos" else None
     if params.start_token_ids is None and bos is not None:
         params = params.replace(start_token_ids=(bos,))
@@ -414,6 +429,13 @@ def main() -> None:
         help="start: the model's BOS token, a random token, or its chat template with a short request",
     )
     parser.add_argument(
+        "--self-prompt-text",
+        choices=("wikitext", "shakespeare"),
+        help="mix in a short user text: every sequence continues --self-prompt-len tokens of it (see PROMPT_TEXTS)",
+    )
+    parser.add_argument("--self-prompt-tokens", type=int, default=1024, help="tokens of the short user text")
+    parser.add_argument("--self-prompt-len", type=int, default=SELF_CALIBRATION_DEFAULT.prompt_len)
+    parser.add_argument(
         "--fresh-statistics",
         action="store_true",
         help="collect activation statistics in every calibrated row (no shared cache): compression times compare",
@@ -429,6 +451,8 @@ def main() -> None:
         seed=args.self_seed,
     )
     SELF_CALIBRATION["start"] = args.self_start
+    if args.self_prompt_text:
+        SELF_CALIBRATION["prompt"] = (args.self_prompt_text, args.self_prompt_tokens, args.self_prompt_len)
 
     get_dir, default_group = MODELS[args.model]
     group_size = args.group_size or default_group
@@ -467,6 +491,7 @@ def main() -> None:
         "self_calibration": {
             **dataclasses.asdict(SELF_CALIBRATION["params"]),
             "start": args.self_start,
+            "prompt_text": SELF_CALIBRATION.get("prompt"),
             "generation_seconds": SELF_CALIBRATION["seconds"],
         },
         "rows": {

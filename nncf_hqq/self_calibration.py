@@ -54,6 +54,10 @@ class SelfCalibration:
     :param start_token_ids: the tokens every sequence starts from (e.g. the BOS token, or BOS and a short user
         text); None (default): each sequence starts from its own token drawn uniformly from the vocabulary. The
         command line passes the model's BOS token from its ``generation_config.json``/``config.json``.
+    :param prompt_token_ids: the token ids of a short user text to mix in (None: none). Every sequence continues
+        ``prompt_len`` consecutive tokens of it, taken at a random offset (after ``start_token_ids``), so the
+        generated text follows the user's language and domain rather than whatever the model writes from BOS.
+    :param prompt_len: tokens of ``prompt_token_ids`` each sequence starts from (at most its length).
     """
 
     num_samples: int = 32
@@ -63,25 +67,33 @@ class SelfCalibration:
     seed: int = 0
     batch_size: int = 32
     start_token_ids: tuple[int, ...] | None = None
+    prompt_token_ids: tuple[int, ...] | None = None
+    prompt_len: int = 16
 
     def __post_init__(self) -> None:
-        for name in ("num_samples", "seq_len", "batch_size"):
+        for name in ("num_samples", "seq_len", "batch_size", "prompt_len"):
             _check_int(name, getattr(self, name), 1)
         _check_int("seed", self.seed, 0)
         _check_float("temperature", self.temperature, lambda v: v >= 0.0, ">= 0")
         _check_float("top_p", self.top_p, lambda v: 0.0 < v <= 1.0, "in (0, 1]")
-        if self.start_token_ids is not None:
-            ids = tuple(self.start_token_ids)
-            if not ids or any(isinstance(i, bool) or not isinstance(i, (int, np.integer)) or i < 0 for i in ids):
-                msg = f"SelfCalibration.start_token_ids must be non-negative token ids, got {self.start_token_ids!r}."
-                raise nncf.ValidationError(msg)
-            if len(ids) >= self.seq_len:
+        for name in ("start_token_ids", "prompt_token_ids"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, _token_ids(name, getattr(self, name)))
+        prefix = len(self.start_token_ids or ())
+        if self.prompt_token_ids is not None:
+            if len(self.prompt_token_ids) < self.prompt_len:
                 msg = (
-                    f"SelfCalibration.start_token_ids has {len(ids)} tokens, not fewer than seq_len={self.seq_len}: "
-                    "nothing would be generated."
+                    f"SelfCalibration.prompt_token_ids has {len(self.prompt_token_ids)} tokens, fewer than "
+                    f"prompt_len={self.prompt_len}: give a longer text or a smaller prompt_len."
                 )
                 raise nncf.ValidationError(msg)
-            object.__setattr__(self, "start_token_ids", tuple(int(i) for i in ids))
+            prefix += self.prompt_len
+        if prefix >= self.seq_len:
+            msg = (
+                f"SelfCalibration: every sequence starts with {prefix} given tokens (start_token_ids and "
+                f"prompt_len), not fewer than seq_len={self.seq_len}: nothing would be generated."
+            )
+            raise nncf.ValidationError(msg)
 
     def replace(self, **changes: Any) -> SelfCalibration:
         """A copy with the given fields changed, validated like a new instance."""
@@ -90,6 +102,14 @@ class SelfCalibration:
             msg = f"Unknown SelfCalibration parameter(s) {unknown}."
             raise nncf.ValidationError(msg)
         return replace(self, **changes)
+
+
+def _token_ids(name: str, value: object) -> tuple[int, ...]:
+    ids = tuple(value) if isinstance(value, (tuple, list, np.ndarray)) else ()
+    if not ids or any(isinstance(i, bool) or not isinstance(i, (int, np.integer)) or i < 0 for i in ids):
+        msg = f"SelfCalibration.{name} must be a non-empty sequence of non-negative token ids, got {value!r}."
+        raise nncf.ValidationError(msg)
+    return tuple(int(i) for i in ids)
 
 
 def _check_int(name: str, value: object, minimum: int) -> None:
@@ -190,10 +210,17 @@ def check_generative(model: ov.Model) -> int:
 
 
 def start_tokens(params: SelfCalibration, vocab_size: int, rng: np.random.Generator) -> np.ndarray:
-    """The start tokens ``[num_samples, k]``: ``params.start_token_ids`` for every sequence, or one uniform random
-    token per sequence."""
+    """The start tokens ``[num_samples, k]``: ``params.start_token_ids`` for every sequence, followed by
+    ``params.prompt_len`` tokens of ``params.prompt_token_ids`` from a random offset per sequence; without either,
+    one uniform random token per sequence."""
+    fixed = np.asarray(params.start_token_ids or (), dtype=np.int64)
+    if params.prompt_token_ids is not None:
+        text = np.asarray(params.prompt_token_ids, dtype=np.int64)
+        offsets = rng.integers(0, text.size - params.prompt_len + 1, size=params.num_samples)
+        windows = text[offsets[:, None] + np.arange(params.prompt_len)]
+        return np.concatenate([np.tile(fixed, (params.num_samples, 1)), windows], axis=1)
     if params.start_token_ids is not None:
-        return np.tile(np.asarray(params.start_token_ids, dtype=np.int64), (params.num_samples, 1))
+        return np.tile(fixed, (params.num_samples, 1))
     if vocab_size <= 0:
         msg = (
             "The model's logits have a dynamic vocabulary size, so self-calibration cannot draw random start tokens; "

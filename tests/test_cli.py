@@ -93,6 +93,15 @@ def compressed_dir(tiny_llm: tuple[Path, Any], tmp_path_factory: pytest.TempPath
         (["compress", "m", "out", "--token-rows", "-1"], "--token-rows must be >= 0, got -1"),
         (["compress", "m", "out", "--token-rows", "8", "--no-hqq"], "--token-rows sets what HQQ fits"),
         (["compress", "m", "out", "--token-rows", "8", "--no-self-calibration"], "--token-rows needs calibration data"),
+        (["compress", "m", "out", "--self-prompt-text", "missing.txt"], "--self-prompt-text missing.txt is not a file"),
+        (
+            ["compress", "m", "out", "--self-prompt-text", "p.txt", "--no-self-calibration"],
+            "--self-prompt-text steers self-calibration; it cannot be combined",
+        ),
+        (
+            ["compress", "m", "out", "--self-prompt-text", "p.txt", "--dataset", "d.txt"],
+            "cannot be combined with --dataset",
+        ),
         (["compress", "m", "out", "--mode", "int8_asym", "--group-size", "64"], "drop --group-size"),
         (["compress", "m", "out", "--mode", "int2_asym", "--no-hqq"], "float-zero-point; drop --no-hqq"),
         (["compress", "m", "out", "--mode", "int3_asym", "--zero-point", "int"], "drop --zero-point int"),
@@ -224,6 +233,40 @@ def test_compress_with_token_rows_records_them_and_changes_the_model(
     assert record["options"]["token_rows"] == 8 and record["self_calibration"] is not None
     weights = [(d / "openvino_model.bin").read_bytes() for d in (compressed_dir, tmp_path / "out")]
     assert weights[0] != weights[1]  # the same options and calibration text, HQQ fitted to token rows
+
+
+def test_compress_with_a_prompt_text_starts_every_sequence_from_it(
+    compressed_dir: Path,
+    tiny_llm: tuple[Path, Any],  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    text = tmp_path / "user.txt"
+    text.write_text(" ".join(f"w{i}" for i in range(40)))
+    args = ["compress", tiny_llm[0], tmp_path / "out", "--group-size", "64", "--no-output-check"]
+    code, out, err = run_cli([*args, "--self-prompt-text", text], capsys)
+    assert code == 0, out
+    assert f"16 tokens of {text} (40 tokens)" in err
+    record = json.loads((tmp_path / "out" / workflows.RECORD_NAME).read_text())
+    params = record["self_calibration"]
+    assert params["start_token_ids"] == [1] and params["prompt_len"] == 16
+    assert params["prompt_token_ids"] == tiny_llm[1](text.read_text(), add_special_tokens=False)["input_ids"]
+    weights = [(d / "openvino_model.bin").read_bytes() for d in (compressed_dir, tmp_path / "out")]
+    assert weights[0] != weights[1]  # the same options, calibrated on text that continues the user's
+
+
+def test_compress_refuses_a_prompt_text_shorter_than_a_prompt(
+    tiny_llm: tuple[Path, Any],  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    text = tmp_path / "short.txt"
+    text.write_text("w1 w2 w3")
+    args = ["compress", tiny_llm[0], tmp_path / "out", "--group-size", "64", "--self-prompt-text", text]
+    code, _, err = run_cli(args, capsys)
+    assert code == 2
+    assert "has 3 tokens" in err and "give a longer text" in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
 
 
 def test_compress_keeps_the_candidate_closest_to_the_float_model(

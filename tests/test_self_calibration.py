@@ -45,6 +45,16 @@ TINY = sc.SelfCalibration(num_samples=4, seq_len=12, batch_size=3, seed=7)
         pytest.param({"start_token_ids": ()}, "start_token_ids", id="no-start-tokens"),
         pytest.param({"start_token_ids": (-1,)}, "start_token_ids", id="negative-token"),
         pytest.param({"start_token_ids": tuple(range(256))}, "seq_len", id="start-fills-sequence"),
+        pytest.param({"prompt_token_ids": ()}, "prompt_token_ids", id="empty-prompt-text"),
+        pytest.param({"prompt_token_ids": (3, -2)}, "prompt_token_ids", id="negative-prompt-token"),
+        pytest.param({"prompt_token_ids": "abc"}, "prompt_token_ids", id="prompt-text-not-token-ids"),
+        pytest.param({"prompt_token_ids": (1, 2, 3), "prompt_len": 4}, "prompt_len=4", id="prompt-text-too-short"),
+        pytest.param({"prompt_len": 0}, "prompt_len", id="no-prompt-tokens"),
+        pytest.param(
+            {"start_token_ids": (1,), "prompt_token_ids": tuple(range(200)), "prompt_len": 127},
+            "seq_len",
+            id="start-and-prompt-fill-sequence",
+        ),
         pytest.param({"temprature": 1.0}, "temprature", id="unknown-field"),
     ],
 )
@@ -57,6 +67,22 @@ def test_start_tokens_become_a_tuple_of_ints() -> None:
     params = sc.SelfCalibration(start_token_ids=[np.int64(1), 5])  # type: ignore[arg-type]
     assert params.start_token_ids == (1, 5)
     assert all(type(i) is int for i in params.start_token_ids)
+
+
+@pytest.mark.parametrize("start", [pytest.param(None, id="no-start"), pytest.param((1, 2), id="bos-like-start")])
+def test_prompt_windows_follow_the_start_tokens(start: tuple[int, ...] | None) -> None:
+    text = tuple(range(100, 140))
+    params = sc.SelfCalibration(num_samples=64, start_token_ids=start, prompt_token_ids=text, prompt_len=5)
+    starts = sc.start_tokens(params, 1000, np.random.default_rng(0))
+    fixed = len(start or ())
+    assert starts.shape == (64, fixed + 5)
+    if start:
+        assert (starts[:, :fixed] == start).all()
+    windows = starts[:, fixed:]
+    # consecutive tokens of the text (its ids count up by one), each window inside it, the offsets spread out
+    assert (np.diff(windows, axis=1) == 1).all()
+    assert windows.min() >= 100 and windows.max() <= 139
+    assert len(set(windows[:, 0].tolist())) > 10
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -119,6 +145,18 @@ def test_greedy_generation_continues_with_the_argmax_of_the_models_own_logits(ti
     llm = ev.StatefulLLM(tiny_llm[0])
     for row in sequences:
         np.testing.assert_array_equal(row[2:], llm.logits(row)[1:-1].argmax(-1))
+
+
+def test_generation_continues_the_prompt_windows(tiny_llm: tuple[Path, Any]) -> None:  # noqa: F811
+    text = tuple(range(20, 60))
+    params = TINY.replace(temperature=0.0, start_token_ids=(1,), prompt_token_ids=text, prompt_len=4)
+    sequences = sc.generate_sequences(_tiny_model(tiny_llm), params)
+    assert sequences.shape == (4, 12) and (sequences[:, 0] == 1).all()
+    assert (np.diff(sequences[:, 1:5], axis=1) == 1).all() and sequences[:, 1:5].min() >= 20
+    assert len(set(sequences[:, 1].tolist())) > 1, "each sequence takes its own window of the text"
+    llm = ev.StatefulLLM(tiny_llm[0])
+    for row in sequences:  # greedy: after the prompt, the argmax of the model's own logits
+        np.testing.assert_array_equal(row[5:], llm.logits(row)[4:-1].argmax(-1))
 
 
 def test_generation_is_reproducible_and_depends_on_the_seed(tiny_llm: tuple[Path, Any]) -> None:  # noqa: F811

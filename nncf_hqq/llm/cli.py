@@ -120,6 +120,13 @@ def _add_compress_arguments(p: argparse.ArgumentParser) -> None:
         help=f"sequences of {SELF_CALIBRATION_DEFAULT.seq_len} tokens the model generates for self-calibration "
         f"(default {SELF_CALIBRATION_DEFAULT.num_samples})",
     )
+    p.add_argument(
+        "--self-prompt-text",
+        metavar="TEXT_FILE",
+        type=Path,
+        help="self-calibration: a short text in the language and domain the model will serve; every generated "
+        f"sequence continues {SELF_CALIBRATION_DEFAULT.prompt_len} tokens of it (default: generate from BOS alone)",
+    )
     p.add_argument("--subset-size", type=int, default=128, help="calibration samples (default 128)")
     p.add_argument("--tokenizer", metavar="DIR", type=Path, help="tokenizer dir for --dataset (default: MODEL's)")
     p.add_argument("--zero-point", choices=sorted(workflows.ZERO_POINT_FORMATS), help="HQQ zero point (default float)")
@@ -258,6 +265,14 @@ def check_compress_arguments(args: argparse.Namespace) -> None:
         raise UsageError("--scale-estimation needs calibration data: add --dataset TEXT_FILE")
     if args.self_calibration_samples <= 0:
         raise UsageError(f"--self-calibration-samples must be positive, got {args.self_calibration_samples}")
+    if args.self_prompt_text is not None:
+        if args.dataset is not None or args.no_self_calibration or args.no_hqq:
+            raise UsageError(
+                "--self-prompt-text steers self-calibration; it cannot be combined with --dataset, "
+                "--no-self-calibration or --no-hqq"
+            )
+        if not args.self_prompt_text.is_file():
+            raise UsageError(f"--self-prompt-text {args.self_prompt_text} is not a file")
     if args.dataset is not None and not args.dataset.is_file():
         raise UsageError(f"--dataset {args.dataset} is not a file")
     if args.tokenizer is not None and not args.tokenizer.is_dir():
@@ -393,9 +408,12 @@ def _self_calibration(
             raise UsageError(f"--scale-estimation needs calibration data; self-calibration does not apply: {obstacle}")
         _info(f"Self-calibration not used: {obstacle}")
         return options
-    options = workflows.self_calibrated(options, files_dir, args.self_calibration_samples)
+    prompt = _prompt_token_ids(args, files_dir)
+    options = workflows.self_calibrated(options, files_dir, args.self_calibration_samples, prompt)
     params = options.self_calibration or SELF_CALIBRATION_DEFAULT
     start = f"BOS token {params.start_token_ids[0]}" if params.start_token_ids else "random tokens (no BOS in config)"
+    if prompt is not None:
+        start += f" and {params.prompt_len} tokens of {args.self_prompt_text} ({len(prompt)} tokens)"
     _info(
         f"Self-calibration: the model generates {params.num_samples} sequences of {params.seq_len} tokens from {start} "
         f"(temperature {params.temperature}, top-p {params.top_p}, seed {params.seed}) for AWQ + Scale Estimation + "
@@ -408,6 +426,22 @@ def _self_calibration(
             "the self-calibrated one, without the check)"
         )
     return options
+
+
+def _prompt_token_ids(args: argparse.Namespace, files_dir: Path | None) -> tuple[int, ...] | None:
+    """``--self-prompt-text`` tokenized with the model's tokenizer (None without the option)."""
+    if args.self_prompt_text is None:
+        return None
+    tokenizer_dir = args.tokenizer or files_dir
+    if tokenizer_dir is None:
+        raise UsageError("--self-prompt-text needs the model's tokenizer: pass --tokenizer DIR")
+    ids = workflows.prompt_text_token_ids(tokenizer_dir, args.self_prompt_text)
+    if len(ids) < SELF_CALIBRATION_DEFAULT.prompt_len:
+        raise UsageError(
+            f"--self-prompt-text {args.self_prompt_text} has {len(ids)} tokens; self-calibration starts every "
+            f"sequence from {SELF_CALIBRATION_DEFAULT.prompt_len} of them: give a longer text"
+        )
+    return ids
 
 
 def _dataset(args: argparse.Namespace, source: workflows.SourceModel) -> Any:

@@ -165,12 +165,18 @@ def self_calibration_obstacle(options: CompressionOptions, model: ov.Model) -> s
     return None
 
 
-def self_calibrated(options: CompressionOptions, files_dir: Path | None, samples: int) -> CompressionOptions:
+def self_calibrated(
+    options: CompressionOptions, files_dir: Path | None, samples: int, prompt_token_ids: Sequence[int] | None = None
+) -> CompressionOptions:
     """``options`` with AWQ, Scale Estimation and self-calibration on (``samples`` sequences), generation starting
     from the model's BOS token (``generation_config.json``/``config.json`` in ``files_dir``; random start tokens
-    when there is none)."""
+    when there is none), followed by a window of ``prompt_token_ids`` (a short user text) when given."""
     bos = sanity.generation_bos_token_id(files_dir)
-    params = SELF_CALIBRATION_DEFAULT.replace(num_samples=samples, start_token_ids=(bos,) if bos is not None else None)
+    params = SELF_CALIBRATION_DEFAULT.replace(
+        num_samples=samples,
+        start_token_ids=(bos,) if bos is not None else None,
+        prompt_token_ids=tuple(prompt_token_ids) if prompt_token_ids is not None else None,
+    )
     return dataclasses.replace(options, awq=True, scale_estimation=True, self_calibration=params)
 
 
@@ -369,6 +375,13 @@ def source_model(model: str, log: Callable[[str], None] | None = None) -> Iterat
             msg = f"could not export {model}{family} from {where}: {type(err).__name__}: {err}"
             raise RuntimeError(msg) from err
         yield SourceModel(ir_dir / MODEL_XML, ir_dir)
+
+
+def prompt_text_token_ids(tokenizer_dir: str | Path, text_path: str | Path) -> tuple[int, ...]:
+    """The token ids of a short user text (no special tokens added), for ``SelfCalibration.prompt_token_ids``."""
+    tokenizer = evaluation.load_tokenizer(tokenizer_dir)
+    ids = tokenizer(evaluation.read_text(text_path), add_special_tokens=False, verbose=False)["input_ids"]
+    return tuple(int(i) for i in ids)
 
 
 def calibration_dataset(tokenizer_dir: str | Path, text_path: str | Path, n: int) -> nncf.Dataset:
