@@ -11,8 +11,9 @@ A single MatMul whose weight is a grouped decompression subgraph, as NNCF writes
 * Workarounds for the u2 zero point: ``DYNAMIC_QUANTIZATION_GROUP_SIZE=0`` or ``INFERENCE_PRECISION_HINT=f32``.
 
 Seen with openvino 2026.4.1 on an AVX512-BF16 CPU, where the default inference precision is bf16 and dynamic
-(activation) quantization is on (group size 32). On a CPU whose default precision is f32 it may not reproduce: the
-script prints the precision it got. Needs only numpy and openvino:
+(activation) quantization is on (group size 32). On a CPU whose default precision is f32 it may not reproduce, and
+on some bf16 CPUs with dynamic quantization on it runs correctly (the project's CI machine): the script prints the
+precision it got. Needs only numpy and openvino:
 
     python docs/openvino_u2_reproducer.py
 """

@@ -8,7 +8,7 @@ scale -> Reshape -> Convert f32 -> MatMul. The facts pinned here (see docs/infer
 * An f16 zero point switches off the plugin's dynamic (int8 activation) quantization for that layer.
 * u3 codes are decompressed to an f32 constant at compile time: runs, but no memory saving.
 * u2 codes with a u2 (or no) zero point fail at inference with bf16 precision and dynamic quantization (the
-  defaults on AVX512-BF16 CPUs); u2 with an f16 zero point runs compressed.
+  defaults on AVX512-BF16 CPUs) on some CPUs and run on others; u2 with an f16 zero point runs compressed.
 
 When an OpenVINO upgrade changes any of these, a test here fails on purpose: update docs/inference.md with it.
 """
@@ -139,13 +139,24 @@ def test_u2_with_f16_zero_point_runs_compressed(config: dict[str, str]) -> None:
 
 @pytest.mark.parametrize("zero_point", ["int", "none"])
 @pytest.mark.parametrize("rows", [1, 16])
-def test_u2_with_integer_or_no_zero_point_fails_under_default_settings(zero_point: str, rows: int) -> None:
-    """The known OpenVINO 2026.4 CPU failure (docs/openvino_u2_reproducer.py). It compiles, then infer raises."""
+def test_u2_with_integer_or_no_zero_point_fails_or_runs_right_under_default_settings(
+    zero_point: str, rows: int
+) -> None:
+    """The known OpenVINO 2026.4 CPU failure (docs/openvino_u2_reproducer.py) depends on the CPU.
+
+    Where it shows (bf16 with dynamic quantization on some AVX512-BF16 CPUs) it compiles, then infer raises the
+    primitive error; on CPUs where the same settings run, the output must still be the dequantized weight's.
+    """
     if not default_is_bf16_with_dynamic_quantization():
         pytest.skip("the failure needs bf16 inference precision with dynamic quantization (the AVX512-BF16 default)")
-    compiled = compile_cpu(decompression_model(2, zero_point)[0])
-    with pytest.raises(RuntimeError, match=PRIMITIVE_ERROR):
+    model, reference = decompression_model(2, zero_point)
+    compiled = compile_cpu(model)
+    try:
         compiled(activations(rows))
+    except RuntimeError as error:
+        assert PRIMITIVE_ERROR in str(error), error
+        return
+    assert relative_error(compiled, reference, rows=rows) < 5e-2  # bf16 activations with int8 dynamic quantization
 
 
 @pytest.mark.parametrize("zero_point", ["int", "none"])
