@@ -36,6 +36,7 @@ from nncf_hqq import LowBitMode
 from nncf_hqq.llm.evaluation import calibration_samples
 from nncf_hqq.llm.evaluation import embedding_cosine
 from nncf_hqq.llm.evaluation import evaluate_llms
+from nncf_hqq.llm.evaluation import llm_inputs
 from nncf_hqq.llm.evaluation import load_tokenizer
 from nncf_hqq.llm.evaluation import tokenize_text
 from nncf_hqq.llm.evaluation import wikitext_lines
@@ -118,6 +119,7 @@ ROWS: dict[str, HQQParameters | None] = {
     "awq_se": None,
     "awq_se_hqq": HQQ_DEFAULT,
     "awq_se_hqq_no_guard": dataclasses.replace(HQQ_DEFAULT, output_guard=False),
+    "awq_se_hqq_tok32_held_out": dataclasses.replace(HQQ_DEFAULT, calibration_token_rows=32, guard_held_out=True),
     # self-calibrated: the same pipelines on text the float model generated (``nncf_hqq.self_calibration``)
     "self_awq": None,
     "self_awq_se": None,
@@ -190,7 +192,7 @@ ROWS.update(SYMMETRIC_VARIANTS)
 ROWS["default_pe_hqq_v"] = ROWS["default_hqq_v"]
 
 #: Extra ``compress_weights`` options of some rows (data-free AWQ: ``awq=True`` without a dataset; other modes).
-#: ``calibrated`` rows get a dataset of ``--calibration-samples`` random 256-token windows of Tiny Shakespeare.
+#: ``calibrated`` rows get a dataset of ``--calibration-samples`` random 256-token windows of ``--calibration-text``.
 ROW_OPTIONS: dict[str, dict[str, Any]] = {
     "awq_df": {"awq": True},
     "awq_df_hqq": {"awq": True},
@@ -201,6 +203,7 @@ ROW_OPTIONS: dict[str, dict[str, Any]] = {
     "awq_se": {"awq": True, "scale_estimation": True, "calibrated": True},
     "awq_se_hqq": {"awq": True, "scale_estimation": True, "calibrated": True},
     "awq_se_hqq_no_guard": {"awq": True, "scale_estimation": True, "calibrated": True},
+    "awq_se_hqq_tok32_held_out": {"awq": True, "scale_estimation": True, "calibrated": True},
     "self_awq": {"awq": True, "self_calibrated": True},
     "self_awq_se": {"awq": True, "scale_estimation": True, "self_calibrated": True},
     "self_awq_se_hqq": {"awq": True, "scale_estimation": True, "self_calibrated": True},
@@ -249,8 +252,23 @@ MODELS: dict[str, tuple[Callable[[], Path], int]] = {
 }
 
 
-#: Calibration windows of the ``calibrated`` rows (``--calibration-samples``).
-CALIBRATION_SAMPLES = {"samples": 128}
+#: Calibration windows of the ``calibrated`` rows (``--calibration-samples``) and their text (``--calibration-text``).
+CALIBRATION_SAMPLES: dict[str, Any] = {"samples": 128, "text": "shakespeare"}
+#: ``--calibration-text wikitext``: windows of WikiText-2 test text from this token on, after every evaluated window
+#: (at most 64 windows of 512 tokens are evaluated), so the calibration is in-domain but shares no evaluated token.
+WIKITEXT_HELD_OUT_FROM = 64 * 512
+
+
+def llm_calibration_samples(ir_dir: Path, count: int) -> list[dict[str, np.ndarray]]:
+    """The ``calibrated`` rows' LLM samples: ``count`` random 256-token windows (seed 0) of the calibration text."""
+    tokenizer = load_tokenizer(ir_dir)
+    if CALIBRATION_SAMPLES["text"] == "shakespeare":
+        return calibration_samples(tokenizer, shared_path(SHAKESPEARE), count)
+    ids = tokenize_text(tokenizer, shared_path(WIKITEXT))[WIKITEXT_HELD_OUT_FROM:]
+    starts = np.random.default_rng(0).integers(0, ids.size - 256 + 1, size=count)
+    return [llm_inputs(ids[s : s + 256]) for s in starts]
+
+
 #: How the ``self_calibrated`` rows' text is generated (``--self-*`` options; the start token: the model's BOS).
 SELF_CALIBRATION: dict[str, Any] = {"params": SELF_CALIBRATION_DEFAULT, "seconds": {}}
 #: ``--fresh-statistics``: collect the activation statistics in every row (compression times then compare);
@@ -338,12 +356,13 @@ def compress(
         if ir_dir == MODELS["minilm"][0]():
             samples = encoder_calibration_samples(ir_dir, count)
         else:
-            samples = calibration_samples(load_tokenizer(ir_dir), shared_path(SHAKESPEARE), count)
+            samples = llm_calibration_samples(ir_dir, count)
         options["dataset"] = nncf.Dataset(samples)
         # the calibrated rows share NNCF's cached activation statistics (collected once per model and count);
         # that cache holds no token rows, so the token-row rows collect their statistics in the run
         if not fresh:
-            statistics = cache_dir() / "statistics" / f"{ir_dir.name}_{count}x256"
+            text = "" if CALIBRATION_SAMPLES["text"] == "shakespeare" else "_wikitext"
+            statistics = cache_dir() / "statistics" / f"{ir_dir.name}_{count}x256{text}"
             options["advanced_parameters"] = nncf.AdvancedCompressionParameters(statistics_path=str(statistics))
     if options.pop("self_calibrated", False):
         samples, key = self_calibration_samples(ir_dir)
@@ -417,6 +436,12 @@ def main() -> None:
         help="one compressed model in memory at a time, FP log-probs cached on disk (needed for qwen on 23 GB)",
     )
     parser.add_argument("--calibration-samples", type=int, default=128, help="windows for the calibrated rows")
+    parser.add_argument(
+        "--calibration-text",
+        choices=("shakespeare", "wikitext"),
+        default="shakespeare",
+        help="the calibrated LLM rows' text: Tiny Shakespeare, or WikiText-2 test text after the evaluated windows",
+    )
     parser.add_argument("--self-samples", type=int, default=SELF_CALIBRATION_DEFAULT.num_samples)
     parser.add_argument("--self-seq-len", type=int, default=SELF_CALIBRATION_DEFAULT.seq_len)
     parser.add_argument("--self-temperature", type=float, default=SELF_CALIBRATION_DEFAULT.temperature)
@@ -443,6 +468,7 @@ def main() -> None:
     args = parser.parse_args()
     FRESH_STATISTICS["fresh"] = args.fresh_statistics
     CALIBRATION_SAMPLES["samples"] = args.calibration_samples
+    CALIBRATION_SAMPLES["text"] = args.calibration_text
     SELF_CALIBRATION["params"] = SELF_CALIBRATION_DEFAULT.replace(
         num_samples=args.self_samples,
         seq_len=args.self_seq_len,
@@ -487,6 +513,7 @@ def main() -> None:
         "group_size": group_size,
         "windows": windows,
         "calibration_samples": args.calibration_samples,
+        "calibration_text": args.calibration_text,
         "fresh_statistics": args.fresh_statistics,
         "self_calibration": {
             **dataclasses.asdict(SELF_CALIBRATION["params"]),
