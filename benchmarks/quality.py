@@ -36,8 +36,8 @@ from nncf_hqq import LowBitMode
 from nncf_hqq.llm.evaluation import calibration_samples
 from nncf_hqq.llm.evaluation import embedding_cosine
 from nncf_hqq.llm.evaluation import evaluate_llms
-from nncf_hqq.llm.evaluation import llm_inputs
 from nncf_hqq.llm.evaluation import load_tokenizer
+from nncf_hqq.llm.evaluation import token_calibration_samples
 from nncf_hqq.llm.evaluation import tokenize_text
 from nncf_hqq.llm.evaluation import wikitext_lines
 from nncf_hqq.llm.evaluation import wikitext_windows
@@ -265,8 +265,7 @@ def llm_calibration_samples(ir_dir: Path, count: int) -> list[dict[str, np.ndarr
     if CALIBRATION_SAMPLES["text"] == "shakespeare":
         return calibration_samples(tokenizer, shared_path(SHAKESPEARE), count)
     ids = tokenize_text(tokenizer, shared_path(WIKITEXT))[WIKITEXT_HELD_OUT_FROM:]
-    starts = np.random.default_rng(0).integers(0, ids.size - 256 + 1, size=count)
-    return [llm_inputs(ids[s : s + 256]) for s in starts]
+    return token_calibration_samples(ids, count, source="WikiText-2 after the evaluated windows")
 
 
 #: How the ``self_calibrated`` rows' text is generated (``--self-*`` options; the start token: the model's BOS).

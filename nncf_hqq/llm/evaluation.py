@@ -128,9 +128,15 @@ def calibration_samples(
     Each sample is a dict of stateful-LLM inputs (``input_ids``, ``attention_mask``, ``position_ids``, ``beam_idx``)
     ready for ``nncf.Dataset(samples)`` on an optimum-intel OpenVINO LLM.
     """
-    ids = tokenize_text(tokenizer, text_path)
+    return token_calibration_samples(tokenize_text(tokenizer, text_path), n, seq_len, seed, str(text_path))
+
+
+def token_calibration_samples(
+    ids: np.ndarray, n: int = 128, seq_len: int = CALIBRATION_SEQ_LEN, seed: int = 0, source: str = "the text"
+) -> list[dict[str, np.ndarray]]:
+    """:func:`calibration_samples` of already tokenized text ``ids``."""
     if ids.size < seq_len:
-        msg = f"{text_path} has {ids.size} tokens, fewer than seq_len={seq_len}"
+        msg = f"{source} has {ids.size} tokens, fewer than seq_len={seq_len}"
         raise ValueError(msg)
     starts = np.random.default_rng(seed).integers(0, ids.size - seq_len + 1, size=n)
     return [llm_inputs(ids[s : s + seq_len]) for s in starts]
