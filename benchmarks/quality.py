@@ -255,7 +255,7 @@ MODELS: dict[str, tuple[Callable[[], Path], int]] = {
 #: Calibration windows of the ``calibrated`` rows (``--calibration-samples``) and their text (``--calibration-text``).
 CALIBRATION_SAMPLES: dict[str, Any] = {"samples": 128, "text": "shakespeare"}
 #: ``--calibration-text wikitext``: windows of WikiText-2 test text from this token on, after every evaluated window
-#: (at most 64 windows of 512 tokens are evaluated), so the calibration is in-domain but shares no evaluated token.
+#: (the tables evaluate at most 40 windows of 512 tokens), so the text is in-domain but shares no evaluated token.
 WIKITEXT_HELD_OUT_FROM = 64 * 512
 
 
@@ -300,9 +300,9 @@ def chat_start_tokens(ir_dir: Path) -> list[int]:
     return [int(i) for i in tokenizer(text, add_special_tokens=False)["input_ids"]]
 
 
-#: ``--self-prompt-text``: (text, first token) of the short user text. The WikiText-2 slice starts at token 32768,
-#: after every window the perplexity is measured on (at most 40 windows of 512 tokens), so none of it is evaluated.
-PROMPT_TEXTS = {"wikitext": (WIKITEXT, 64 * 512), "shakespeare": (SHAKESPEARE, 0)}
+#: ``--self-prompt-text``: (text, first token) of the short user text; the WikiText-2 slice starts after every
+#: evaluated window (``WIKITEXT_HELD_OUT_FROM``), so none of it is evaluated.
+PROMPT_TEXTS = {"wikitext": (WIKITEXT, WIKITEXT_HELD_OUT_FROM), "shakespeare": (SHAKESPEARE, 0)}
 
 
 def prompt_token_ids(ir_dir: Path, name: str, tokens: int) -> tuple[int, ...]:
