@@ -144,15 +144,6 @@ ROWS: dict[str, HQQParameters | None] = {
         )
         for k in (0, 8, 16, 32)
     },
-    # ... with every token row above c times the layer's median token-row norm scaled down to it (attention sinks)
-    **{
-        f"{steps}_hqq_tok32{suffix}_cap{c}": dataclasses.replace(
-            HQQ_DEFAULT, calibration_token_rows=32, guard_held_out=bool(suffix), token_row_norm_cap=float(c)
-        )
-        for steps in ("self_awq_se", "ts_se")
-        for suffix in ("", "_held_out")
-        for c in (2, 8)
-    },
     # ... and the guard also weighing HQQ's grid with GPTQ's error-feedback rounding on the token rows (damp 0.1 or
     # 0.01; "_held_out": fitted on half of the samples, judged on the other half)
     **{
@@ -242,16 +233,6 @@ ROW_OPTIONS: dict[str, dict[str, Any]] = {
     **{
         f"self_awq_se_hqq_tok{k}_held_out": {"awq": True, "scale_estimation": True, "self_calibrated": True}
         for k in (0, 8, 16, 32)
-    },
-    **{
-        f"{steps}_hqq_tok32{suffix}_cap{c}": {
-            "awq": steps == "self_awq_se",
-            "scale_estimation": True,
-            "self_calibrated" if steps == "self_awq_se" else "calibrated": True,
-        }
-        for steps in ("self_awq_se", "ts_se")
-        for suffix in ("", "_held_out")
-        for c in (2, 8)
     },
     **{row: {"scale_estimation": True, "calibrated": True} for row in ("ts_se", "ts_se_hqq", "ts_se_hqq_no_guard")},
     **{

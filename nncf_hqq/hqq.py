@@ -43,7 +43,6 @@ from nncf_hqq.maths.conversion import to_compressed_weight
 from nncf_hqq.maths.conversion import to_symmetric_compressed_weight
 from nncf_hqq.maths.error_feedback import error_feedback_codes
 from nncf_hqq.maths.guard import choose_per_row
-from nncf_hqq.maths.solver import cap_sample_norms
 from nncf_hqq.maths.solver import equivalent_inputs
 from nncf_hqq.maths.solver import hqq_solve
 from nncf_hqq.maths.solver import rtn_scale_zero_point
@@ -502,8 +501,7 @@ class HQQ:
         has them (``params.calibration_token_rows``), else ``subset_size`` of NNCF's per-sample means."""
         if planned.token_statistics is not None:
             _, rows = process_stats(planned.token_statistics, -1)
-            cap = self.params.token_row_norm_cap
-            return cap_sample_norms(rows, cap) if cap else rows
+            return rows
         wp = planned.params
         activation_axis, _ = backend_entity.get_activation_channel_axis_and_shape(graph, wp.node_with_weight)
         _, activations = process_stats(planned.statistics, self.subset_size, act_ch_axis=activation_axis)

@@ -135,10 +135,6 @@ class HQQParameters:
         calibration sample's input to a layer HQQ's scale refinement and output guard fit (drawn at random, a fixed
         seed per layer; ``nncf_hqq.statistics``). 0: NNCF's per-sample means over the tokens, what NNCF's Scale
         Estimation fits (the guard's NNCF reference is always computed on those).
-    :param token_row_norm_cap: with ``calibration_token_rows`` > 0, token rows whose norm is above this many times
-        the median token row norm of the layer's input are scaled down to it before HQQ's refinement and guard fit
-        them (``solver.cap_sample_norms``); 0 leaves them as they are. Attention-sink tokens carry inputs hundreds
-        of times the others' on some layers and would otherwise decide those layers' fit alone.
     :param guard_held_out: with ``output_guard``, HQQ's refinement fits the first half of the calibration samples
         and the guard judges on the second half, where HQQ's data-free result competes too; so a row keeps the
         refinement only where it carries over to samples it did not fit.
@@ -168,7 +164,6 @@ class HQQParameters:
     rtn_roles: tuple[AttentionRole, ...] = (AttentionRole.VALUE,)
     output_guard: bool = True
     calibration_token_rows: int = 0
-    token_row_norm_cap: float = 0.0
     guard_held_out: bool = False
     error_feedback: bool = False
     error_feedback_damp: float = 0.1
@@ -178,7 +173,6 @@ class HQQParameters:
         _check_number("beta", self.beta, lambda v: v > 0.0, "> 0")
         _check_number("kappa", self.kappa, lambda v: v >= 1.0, ">= 1")
         _check_number("error_feedback_damp", self.error_feedback_damp, lambda v: v > 0.0, "> 0")
-        _check_number("token_row_norm_cap", self.token_row_norm_cap, lambda v: v == 0.0 or v >= 1.0, "0 or >= 1")
         for name in ("iterations", "refine_rounds", "scale_estimation_rounds", "calibration_token_rows"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -199,12 +193,6 @@ class HQQParameters:
             if not isinstance(getattr(self, name), bool):
                 msg = f"HQQParameters.{name} must be a bool, got {getattr(self, name)!r}."
                 raise nncf.ValidationError(msg)
-        if self.token_row_norm_cap and self.calibration_token_rows == 0:
-            msg = (
-                f"HQQParameters.token_row_norm_cap={self.token_row_norm_cap!r} needs calibration_token_rows > 0 (it "
-                "caps token rows; NNCF's per-sample means stay as NNCF computes them), got calibration_token_rows=0."
-            )
-            raise nncf.ValidationError(msg)
         if self.error_feedback and self.calibration_token_rows == 0:
             msg = (
                 "HQQParameters.error_feedback=True needs calibration_token_rows > 0 (the error feedback fits token "

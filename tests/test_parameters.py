@@ -33,8 +33,6 @@ from nncf_hqq.parameters import ZeroPointFormat
         pytest.param("calibration_token_rows", -2, id="token-rows-negative"),
         pytest.param("calibration_token_rows", 1.5, id="token-rows-float"),
         pytest.param("error_feedback_damp", 0.0, id="damp-zero"),
-        pytest.param("token_row_norm_cap", 0.5, id="norm-cap-below-one"),
-        pytest.param("token_row_norm_cap", float("inf"), id="norm-cap-inf"),
         pytest.param("error_feedback", "on", id="error-feedback-string"),
         pytest.param("early_stop", 1, id="early-stop-int"),
         pytest.param("shrinkage", "off", id="shrinkage-string"),
@@ -95,7 +93,6 @@ RECOMMENDED = {
     "rtn_roles": (AttentionRole.VALUE,),
     "output_guard": True,
     "calibration_token_rows": 0,
-    "token_row_norm_cap": 0.0,
     "guard_held_out": False,
     "error_feedback": False,
     "error_feedback_damp": 0.1,
@@ -141,9 +138,3 @@ def test_error_feedback_needs_token_rows() -> None:
     with pytest.raises(nncf.ValidationError, match=r"error_feedback=True needs calibration_token_rows > 0"):
         HQQ_DEFAULT.replace(error_feedback=True)
     assert HQQ_DEFAULT.replace(error_feedback=True, calibration_token_rows=4).error_feedback
-
-
-def test_token_row_norm_cap_needs_token_rows() -> None:
-    with pytest.raises(nncf.ValidationError, match=r"token_row_norm_cap=4.0 needs calibration_token_rows > 0"):
-        HQQ_DEFAULT.replace(token_row_norm_cap=4.0)
-    assert HQQ_DEFAULT.replace(token_row_norm_cap=4.0, calibration_token_rows=8).token_row_norm_cap == 4.0

@@ -14,7 +14,6 @@ from nncf.tensor import Tensor
 from nncf.tensor import functions as fns
 
 from nncf_hqq.maths.solver import SHRINK_EPS
-from nncf_hqq.maths.solver import cap_sample_norms
 from nncf_hqq.maths.solver import dequantize
 from nncf_hqq.maths.solver import floor_symmetric_scale_to_extremes
 from nncf_hqq.maths.solver import group_squared_error
@@ -350,35 +349,3 @@ def test_shrink_lp_shortcut_equals_the_formula(p: float, beta: float) -> None:
     wide = np.append(x, np.float32(3.0 * bound + 1.0))
     shrunk = shrink_lp(Tensor(wide), beta, p).data
     assert shrunk[-1] > 0.0 and not shrunk[:-1].any()
-
-
-def test_capped_sample_norms_exact_case() -> None:
-    inputs = np.array([[3.0, 0.0, 30.0, 1.0], [4.0, 1.0, 40.0, 0.0]], dtype=np.float32)  # norms 5, 1, 50, 1
-    capped = cap_sample_norms(Tensor(inputs), 2.0).data  # median 3: limit 6
-    np.testing.assert_allclose(capped, [[3.0, 0.0, 3.6, 1.0], [4.0, 1.0, 4.8, 0.0]], rtol=1e-6)
-
-
-def test_all_zero_inputs_stay_zero_and_a_zero_median_caps_nothing() -> None:
-    np.testing.assert_array_equal(cap_sample_norms(Tensor(np.zeros((3, 4), np.float32)), 2.0).data, 0.0)
-    inputs = np.array([[0.0, 0.0, 0.0, 7.0, 70.0]], dtype=np.float32)
-    np.testing.assert_array_equal(cap_sample_norms(Tensor(inputs), 1.0).data, inputs)
-
-
-@settings(max_examples=40, deadline=None)
-@given(
-    inputs=hnp.arrays(
-        np.float32, st.tuples(st.integers(1, 6), st.integers(1, 9)), elements=st.floats(-1e3, 1e3, width=32)
-    ),
-    cap=st.floats(1.0, 10.0),
-)
-def test_capped_samples_keep_their_direction_and_none_exceeds_the_cap(inputs: np.ndarray, cap: float) -> None:
-    capped = cap_sample_norms(Tensor(inputs), cap).data
-    norms, capped_norms = np.linalg.norm(inputs, axis=0), np.linalg.norm(capped, axis=0)
-    median = np.median(norms)
-    if median > 0:
-        assert (capped_norms <= cap * median * (1 + 1e-5)).all()
-    kept = norms <= cap * median if median > 0 else np.ones_like(norms, dtype=bool)
-    np.testing.assert_array_equal(capped[:, kept], inputs[:, kept])
-    factor = capped_norms / np.maximum(norms, 1e-30)
-    np.testing.assert_allclose(capped, inputs * factor, rtol=1e-5, atol=1e-6)
-    assert (factor <= 1 + 1e-6).all()

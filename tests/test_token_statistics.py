@@ -113,38 +113,19 @@ def test_all_token_rows_average_to_nncfs_per_sample_means(
         np.testing.assert_allclose(per_sample_means(stats.mean_values), nncf_means, rtol=1e-4, atol=1e-5)
 
 
-def up_proj_scale(dataset: nncf.Dataset, **hqq_params: Any) -> np.ndarray:
-    """The up projection's scales after data-aware HQQ (Scale Estimation on) with ``hqq_params``."""
-    model = nncf.compress_weights(
-        transformer_like(moe=False), **INT4, dataset=dataset, scale_estimation=True, hqq=True, hqq_params=hqq_params
-    )
-    return next(op.get_data() for op in model.get_ordered_ops() if op.get_friendly_name() == "up_proj/scale")
-
-
 def test_token_rows_change_the_refined_scales(dataset: nncf.Dataset) -> None:
-    assert not np.array_equal(
-        up_proj_scale(dataset, calibration_token_rows=0), up_proj_scale(dataset, calibration_token_rows=4)
-    )
+    def scales(rows: int) -> np.ndarray:
+        model = nncf.compress_weights(
+            transformer_like(moe=False),
+            **INT4,
+            dataset=dataset,
+            scale_estimation=True,
+            hqq=True,
+            hqq_params={"calibration_token_rows": rows},
+        )
+        return next(op.get_data() for op in model.get_ordered_ops() if op.get_friendly_name() == "up_proj/scale")
 
-
-def test_a_norm_cap_on_token_rows_reaches_the_refinement(
-    dataset: nncf.Dataset, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import nncf_hqq.hqq as hqq_module
-
-    caps: list[float] = []
-    original = hqq_module.cap_sample_norms
-
-    def spy(rows: Tensor, cap: float) -> Tensor:
-        caps.append(cap)
-        return original(rows, cap)
-
-    monkeypatch.setattr(hqq_module, "cap_sample_norms", spy)
-    uncapped = up_proj_scale(dataset, calibration_token_rows=4)
-    assert not caps
-    capped = up_proj_scale(dataset, calibration_token_rows=4, token_row_norm_cap=1.0)
-    assert caps and set(caps) == {1.0}
-    assert not np.array_equal(uncapped, capped)
+    assert not np.array_equal(scales(0), scales(4))
 
 
 def test_a_statistics_cache_without_token_rows_leaves_hqq_on_nncfs_means(

@@ -89,7 +89,6 @@ SUPPORTED_PARAMETERS: dict[str, Callable[[object], bool]] = {
     "unit_gain": lambda value: True,
     "output_guard": lambda value: True,  # a choice among finished results (nncf_hqq.maths.guard), not the solver's
     "calibration_token_rows": lambda value: True,  # which calibration inputs the data-aware steps fit
-    "token_row_norm_cap": lambda value: True,  # scales the calibration inputs before the data-aware steps
     "guard_held_out": lambda value: True,
     "error_feedback": lambda value: True,  # another candidate for the guard, after the solver
     "error_feedback_damp": lambda value: True,

@@ -351,21 +351,6 @@ def output_projections(values: Tensor, activations: Tensor) -> Tensor:
     return fns.matmul(fns.moveaxis(values, -3, -2), activations)
 
 
-def cap_sample_norms(activations: Tensor, cap: float) -> Tensor:
-    """Calibration inputs ``X`` ``[..., n, samples]`` with every sample (column) whose norm is above ``cap`` times
-    the median sample norm scaled down to that norm; the others unchanged (all of them when the median is 0).
-
-    A few tokens of many LLMs (the first token, attention sinks) carry inputs hundreds of times larger than the
-    rest; in ``X X^T`` they outweigh all the other tokens, though the residual stream they are added to is as
-    large, so the error they see matters less."""
-    inputs = activations.astype(TensorDataType.float32)
-    norms = fns.sum(inputs * inputs, axis=-2, keepdims=True) ** 0.5
-    limit = cap * fns.median(norms, axis=-1, keepdims=True)
-    limit = fns.where(limit > 0.0, limit, fns.max(norms, axis=-1, keepdims=True))  # over half the samples zero
-    factor = fns.where(norms > limit, limit / fns.maximum(norms, 1e-30), 1.0)
-    return inputs * factor
-
-
 def equivalent_inputs(activations: Tensor) -> Tensor:
     """Inputs ``R`` ``[..., n, n]`` with ``R R^T = X X^T`` for calibration inputs ``X`` ``[..., n, samples]``
     (from the eigendecomposition of ``X X^T``, in float64). The output error ``||d X||^2 = d X X^T d^T`` and the
