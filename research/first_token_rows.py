@@ -5,13 +5,14 @@ An experiment on attention sinks (docs/research-log.md, 2026-12-03): HQQ's token
 layers are hundreds of times the others', is among them only by chance. Here it always is (it takes the place of
 one random row). Same arguments as benchmarks/quality.py:
 
-    python benchmarks/first_token_rows.py --model qwen --windows 20 --sequential \
+    python research/first_token_rows.py --model qwen --windows 20 --sequential \
         --rows self_awq_se_hqq_tok32_held_out --out first_token_rows.json
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import numpy as np
 from nncf.tensor import Tensor
@@ -38,7 +39,8 @@ def token_rows_with_first_tokens(
 
 if __name__ == "__main__":
     nncf_hqq.statistics.sample_token_rows = token_rows_with_first_tokens  # type: ignore[assignment]
-    import quality  # benchmarks/ is on sys.path when this file is run as a script
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    import quality
 
     sys.argv[0] = "quality.py"
     quality.main()

@@ -5,7 +5,7 @@ self-calibration settings): the largest token's share of ``sum_t ||x_t||^2`` (wh
 which HQQ's data-aware steps fit), its ratio to the median token's squared norm, and its position. Prints the
 inputs where one token's share is above ``--min-share``, writes all as JSON.
 
-    python benchmarks/input_norms.py --model qwen --out input_norms_qwen.json
+    python research/input_norms.py --model qwen --out input_norms_qwen.json
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ this checkout (another child process). Every named constant of the two IRs is co
 Prints, per case, the constants that differ and how many elements; writes JSON. Use it when a change must leave the
 results as they were (a refactoring, a faster kernel).
 
-    python benchmarks/same_constants.py --against 5f6e27d --model smollm2
-    python benchmarks/same_constants.py --against main --model qwen --cases default,awq_se
+    python research/same_constants.py --against 5f6e27d --model smollm2
+    python research/same_constants.py --against main --model qwen --cases default,awq_se
 
 The cases are spelled with names both revisions know (``HQQ_DEFAULT``, ``HQQ_REFERENCE``, ``dataclasses.replace``),
 so that parameter-resolution changes between the revisions do not matter. Data-aware cases use random token
