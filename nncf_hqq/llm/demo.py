@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from collections.abc import Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from nncf.common.logging.track_progress import track
 
 from nncf_hqq.llm import evaluation
 from nncf_hqq.llm import models
+from nncf_hqq.llm.timing import StepTimer
 from nncf_hqq.llm.workflows import CompressionOptions
 from nncf_hqq.llm.workflows import compress_model
 from nncf_hqq.llm.workflows import default_text
@@ -58,22 +58,6 @@ DEMO_METHODS: dict[str, CompressionOptions] = {
         DEMO_BASE, awq=True, scale_estimation=True, self_calibration=SELF_CALIBRATION_DEFAULT
     ),
 }
-
-
-@dataclass
-class StepTimer:
-    """Times named steps and reports each one through ``log`` when it ends."""
-
-    log: Log
-    seconds: dict[str, float] = field(default_factory=dict)
-
-    @contextmanager
-    def step(self, name: str) -> Iterator[None]:
-        self.log(f"{name} ...")
-        start = time.perf_counter()
-        yield
-        self.seconds[name] = time.perf_counter() - start
-        self.log(f"{name}: {self.seconds[name]:.1f} s")
 
 
 @dataclass
