@@ -4,6 +4,7 @@
     python benchmarks/quality.py --model smollm2 --windows 10 --rows rtn,hqq_reference,default
     python benchmarks/quality.py --model qwen --windows 20 --sequential   # Qwen2.5-1.5B-shaped, g128
     python benchmarks/quality.py --model minilm                       # all-MiniLM-L6-v2, embedding cosine
+    python benchmarks/quality.py --model mpnet --rows rtn,default     # all-mpnet-base-v2, embedding cosine
 
 Every row compresses the same float model (INT4_ASYM, ratio 1, backup_mode NONE: only decoder/encoder
 MatMul weights differ between rows) and is evaluated on identical inputs. Prints a table, writes JSON.
@@ -33,10 +34,12 @@ from nncf_hqq import HQQ_DEFAULT
 from nncf_hqq import HQQ_REFERENCE
 from nncf_hqq import HQQParameters
 from nncf_hqq import LowBitMode
+from nncf_hqq.llm.evaluation import ENCODER_CONFIG
 from nncf_hqq.llm.evaluation import calibration_samples
-from nncf_hqq.llm.evaluation import embedding_cosine
+from nncf_hqq.llm.evaluation import compile_model
 from nncf_hqq.llm.evaluation import evaluate_llms
 from nncf_hqq.llm.evaluation import load_tokenizer
+from nncf_hqq.llm.evaluation import mean_pooled
 from nncf_hqq.llm.evaluation import token_calibration_samples
 from nncf_hqq.llm.evaluation import tokenize_text
 from nncf_hqq.llm.evaluation import wikitext_lines
@@ -44,6 +47,7 @@ from nncf_hqq.llm.evaluation import wikitext_windows
 from nncf_hqq.llm.models import cache_dir
 from nncf_hqq.llm.models import ir_xml
 from nncf_hqq.llm.models import minilm_ov_dir
+from nncf_hqq.llm.models import mpnet_ov_dir
 from nncf_hqq.llm.models import qwen_ov_dir
 from nncf_hqq.llm.models import shared_path
 from nncf_hqq.llm.models import smollm2_ov_dir
@@ -249,7 +253,12 @@ MODELS: dict[str, tuple[Callable[[], Path], int]] = {
     "smollm2": (smollm2_ov_dir, 64),
     "qwen": (qwen_ov_dir, 128),
     "minilm": (minilm_ov_dir, 64),
+    "mpnet": (mpnet_ov_dir, 64),
 }
+#: The sentence encoders among ``MODELS``: judged by the cosine of mean-pooled embeddings, not perplexity.
+ENCODERS = ("minilm", "mpnet")
+#: Whether the model of this run is one of ``ENCODERS`` (its calibrated rows then get encoder inputs).
+RUN_MODEL = {"encoder": False}
 
 
 #: Calibration windows of the ``calibrated`` rows (``--calibration-samples``) and their text (``--calibration-text``).
@@ -275,7 +284,7 @@ SELF_CALIBRATION: dict[str, Any] = {"params": SELF_CALIBRATION_DEFAULT, "seconds
 FRESH_STATISTICS = {"fresh": False}
 
 
-#: Tokens per calibration window of the encoder (MiniLM) rows.
+#: Tokens per calibration window of the encoder rows.
 ENCODER_WINDOW = 128
 
 
@@ -352,7 +361,7 @@ def compress(
     )
     if options.pop("calibrated", False):
         count = CALIBRATION_SAMPLES["samples"]
-        if ir_dir == MODELS["minilm"][0]():
+        if RUN_MODEL["encoder"]:
             samples = encoder_calibration_samples(ir_dir, count)
         else:
             samples = llm_calibration_samples(ir_dir, count)
@@ -388,11 +397,24 @@ def constant_megabytes(model: ov.Model) -> float:
     return sum(op.get_byte_size() for op in model.get_ops() if op.get_type_name() == "Constant") / 2**20
 
 
-def evaluate(model_name: str, ir_dir: Path, models: dict[str, ov.Model], windows: int) -> dict[str, Any]:
+def encoder_cosines(ir_dir: Path, models: dict[str, ov.Model], lines: list[str]) -> dict[str, dict[str, float]]:
+    """Mean and minimum over ``lines`` of the cosine between each model's and the float encoder's mean-pooled
+    embeddings (the float embeddings computed once)."""
     tokenizer = load_tokenizer(ir_dir)
-    if model_name == "minilm":
-        lines = wikitext_lines(shared_path(WIKITEXT), windows * 10)
-        return {name: {"cosine": embedding_cosine(ir_dir, m, tokenizer, lines)} for name, m in models.items()}
+    reference = mean_pooled(compile_model(ir_dir, ENCODER_CONFIG), tokenizer, lines)
+    results = {}
+    for name, model in models.items():
+        candidate = mean_pooled(compile_model(model, ENCODER_CONFIG), tokenizer, lines)
+        norms = np.linalg.norm(reference, axis=1) * np.linalg.norm(candidate, axis=1)
+        cosines = (reference * candidate).sum(axis=1) / norms
+        results[name] = {"cosine": float(cosines.mean()), "cosine_min": float(cosines.min())}
+    return results
+
+
+def evaluate(model_name: str, ir_dir: Path, models: dict[str, ov.Model], windows: int) -> dict[str, Any]:
+    if model_name in ENCODERS:
+        return encoder_cosines(ir_dir, models, wikitext_lines(shared_path(WIKITEXT), windows * 10))
+    tokenizer = load_tokenizer(ir_dir)
     token_windows = wikitext_windows(tokenizer, shared_path(WIKITEXT), windows)
     return evaluate_llms(ir_dir, models, token_windows)
 
@@ -414,7 +436,7 @@ def evaluate_sequentially(
 
 
 def print_table(results: dict[str, dict[str, float]], times: dict[str, float]) -> None:
-    metrics = [k for k in ("ppl", "kl", "top1", "cosine") if k in next(iter(results.values()))]
+    metrics = [k for k in ("ppl", "kl", "top1", "cosine", "cosine_min") if k in next(iter(results.values()))]
     print(f"{'row':<24}" + "".join(f"{m:>10}" for m in metrics) + f"{'compress s':>12}")
     for name, values in results.items():
         cells = "".join(f"{values[m]:>10.4f}" for m in metrics)
@@ -424,7 +446,7 @@ def print_table(results: dict[str, dict[str, float]], times: dict[str, float]) -
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", choices=sorted(MODELS), default="smollm2")
-    parser.add_argument("--windows", type=int, default=None, help="LLM windows; MiniLM: x10 lines")
+    parser.add_argument("--windows", type=int, default=None, help="LLM windows; encoders: x10 lines")
     parser.add_argument("--group-size", type=int, default=None)
     parser.add_argument("--rows", default=",".join(ROWS), help="comma-separated rows: " + ",".join(ROWS))
     parser.add_argument("--out", type=Path, default=None)
@@ -481,7 +503,8 @@ def main() -> None:
 
     get_dir, default_group = MODELS[args.model]
     group_size = args.group_size or default_group
-    windows = args.windows or {"smollm2": 40, "qwen": 20, "minilm": 20}[args.model]
+    RUN_MODEL["encoder"] = args.model in ENCODERS
+    windows = args.windows or (20 if args.model in ENCODERS else {"smollm2": 40, "qwen": 20}[args.model])
     ir_dir = get_dir()
     rows = [r.strip() for r in args.rows.split(",") if r.strip()]
     unknown = [r for r in rows if r not in ROWS]
@@ -497,7 +520,7 @@ def main() -> None:
         out = args.out or Path(f"results/sizes_{args.model}_g{group_size}.json")
         out.write_text(json.dumps({"weights_mib": sizes, "compress_seconds": times}, indent=2))
         return
-    if args.sequential and args.model != "minilm":
+    if args.sequential and args.model not in ENCODERS:
         results = evaluate_sequentially(args.model, ir_dir, group_size, rows, windows, times)
     else:
         models = {}
