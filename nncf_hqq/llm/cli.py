@@ -30,11 +30,14 @@ from nncf.common.logging import nncf_logger
 
 from nncf_hqq.llm import evaluation
 from nncf_hqq.llm import workflows
+from nncf_hqq.llm.timing import StepTimer
 from nncf_hqq.llm.workflows import MODES
 from nncf_hqq.llm.workflows import CompressionOptions
 from nncf_hqq.self_calibration import SELF_CALIBRATION_DEFAULT
 
 PROG = "nncf-hqq"
+#: ``compress --dataset``: reading, tokenizing and checking the calibration text (a ``StepTimer`` phase).
+CALIBRATION_DATA_PHASE = "calibration data"
 
 
 class UsageError(Exception):
@@ -335,10 +338,14 @@ def run_compress(args: argparse.Namespace) -> int:
     if backend == "torch":
         return run_compress_torch(args, options)
     start = time.perf_counter()
-    with workflows.source_model(args.model, log=_info) as source:
+    timer = StepTimer(_info)
+    with workflows.source_model(args.model, log=_info, timer=timer) as source:
         if args.out.resolve() == source.xml.parent.resolve():
             raise UsageError("OUT must differ from the directory of the source model (its weights are read from there)")
-        dataset = _dataset(args, source) if args.dataset is not None else None
+        dataset = None
+        if args.dataset is not None:
+            with timer.step(CALIBRATION_DATA_PHASE):
+                dataset = _dataset(args, source)
         compress_start = time.perf_counter()
         model = workflows.read_model(source.xml)
         data_free = options
@@ -350,20 +357,25 @@ def run_compress(args: argparse.Namespace) -> int:
         check = None
         if options.self_calibration is not None and not args.no_output_check:
             model, options, check = workflows.compress_checked_on_outputs(
-                source.xml, model, data_free, options, log=_info
+                source.xml, model, data_free, options, log=_info, timer=timer
             )
         else:
-            model = workflows.compress_model(model, options, dataset)
+            model = workflows.compress_timed(model, options, dataset, timer)
         compress_seconds = time.perf_counter() - compress_start
-        _info(f"compression: {compress_seconds:.1f} s")
         record = _compress_record(args, options, compress_seconds)
         record["output_check"] = check.record() if check is not None else None
-        copied = workflows.save_model_dir(model, args.out, source.files_dir, record)
+        tokenizer_dir = args.tokenizer or source.files_dir
+        copied = workflows.save_model_dir(
+            model, args.out, source.files_dir, record, tokenizer_dir=tokenizer_dir, log=_info, timer=timer
+        )
+    _info(f"phases: {timer.summary()}")
     _out(f"Wrote {args.out / workflows.MODEL_XML} ({_describe_options(options, dataset is not None)})")
     if copied:
         _out(f"Copied from the source: {', '.join(copied)}")
     else:
         _out("No config/tokenizer files beside the source IR: add them to OUT before loading it with optimum-intel")
+    if workflows.is_genai_dir(args.out):
+        _out(f"OpenVINO GenAI: openvino_genai.LLMPipeline({str(args.out)!r}, 'CPU') loads it (tokenizer IRs in OUT)")
     _out(f"Total: {time.perf_counter() - start:.1f} s (compression {compress_seconds:.1f} s)")
     return 0
 
@@ -371,6 +383,7 @@ def run_compress(args: argparse.Namespace) -> int:
 def run_compress_torch(args: argparse.Namespace, options: CompressionOptions) -> int:
     """``compress --backend torch``: a HF model compressed in PyTorch, written as a transformers checkpoint."""
     start = time.perf_counter()
+    timer = StepTimer(_info)
     source = Path(args.model).expanduser()
     if source.is_dir() and args.out.resolve() == source.resolve():
         raise UsageError("OUT must differ from the directory of the source model (its weights are read from there)")
@@ -382,13 +395,15 @@ def run_compress_torch(args: argparse.Namespace, options: CompressionOptions) ->
         if tokenizer_dir is None:
             raise UsageError("--dataset needs the model's tokenizer: pass --tokenizer DIR")
         _info(f"Calibration data: {args.subset_size} random 256-token windows of {args.dataset}")
-        dataset = workflows.torch_calibration_dataset(tokenizer_dir, args.dataset, args.subset_size)
+        with timer.step(CALIBRATION_DATA_PHASE):
+            dataset = workflows.torch_calibration_dataset(tokenizer_dir, args.dataset, args.subset_size)
     _info(f"Compressing {args.model} in PyTorch ({_describe_options(options, dataset is not None)})")
     compress_start = time.perf_counter()
-    copied = workflows.compress_hf_checkpoint(args.model, args.out, options, dataset)
+    copied = workflows.compress_hf_checkpoint(args.model, args.out, options, dataset, timer)
     compress_seconds = time.perf_counter() - compress_start
-    record = _compress_record(args, options, compress_seconds)
+    record = {**_compress_record(args, options, compress_seconds), "phase_seconds": dict(timer.seconds)}
     (args.out / workflows.RECORD_NAME).write_text(json.dumps(record, indent=2, default=str) + "\n")
+    _info(f"phases: {timer.summary()}")
     _out(f"Wrote a transformers checkpoint to {args.out} ({_describe_options(options, dataset is not None)})")
     _out("Load it with: import nncf_hqq.torch; transformers.AutoModelForCausalLM.from_pretrained(OUT)")
     if copied:
@@ -522,7 +537,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     tokenizer_dir = args.tokenizer or (reference if reference.is_dir() else reference.parent)
     if args.png is not None:
         workflows.require_matplotlib()
-    start = time.perf_counter()
+    timer = StepTimer(_info)
     warnings: list[str] = []
 
     def warn(finding: str) -> None:
@@ -530,9 +545,9 @@ def run_evaluate(args: argparse.Namespace) -> int:
         _info(f"warning: {finding}")
 
     results = workflows.evaluate_against(
-        reference, candidates, tokenizer_dir, text, args.windows, args.window_size, args.reference_name, warn
+        reference, candidates, tokenizer_dir, text, args.windows, args.window_size, args.reference_name, warn, timer
     )
-    _info(f"evaluation: {time.perf_counter() - start:.1f} s")
+    _info(f"phases: {timer.summary()}")
     _out(workflows.format_table(results))
     for finding in warnings:
         _out(f"warning: {finding}")
@@ -544,6 +559,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         "window_size": args.window_size,
         "results": results,
         "warnings": warnings,
+        "phase_seconds": timer.seconds,
         "versions": workflows.versions(),
     }
     if args.json is not None:

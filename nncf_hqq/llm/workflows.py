@@ -27,12 +27,15 @@ import numpy as np
 import openvino as ov
 from nncf import BackupMode
 from nncf import CompressWeightsMode
+from nncf.common.logging import nncf_logger
 
 import nncf_hqq
+from nncf_hqq._nncf import WeightCompression
 from nncf_hqq.hqq import SUPPORTED_MODES
 from nncf_hqq.llm import evaluation
 from nncf_hqq.llm import models
 from nncf_hqq.llm import sanity
+from nncf_hqq.llm.timing import StepTimer
 from nncf_hqq.openvino.graph import moe_gate_matmuls
 from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import HQQParameters
@@ -42,6 +45,7 @@ from nncf_hqq.self_calibration import SELF_CALIBRATION_DEFAULT
 from nncf_hqq.self_calibration import SelfCalibration
 from nncf_hqq.self_calibration import check_generative
 from nncf_hqq.self_calibration import generate_sequences
+from nncf_hqq.self_calibration import self_calibration_dataset
 
 #: The ``--mode`` choices: the modes HQQ handles (``nncf_hqq.hqq.SUPPORTED_MODES``) by NNCF's names, and the
 #: asymmetric low-bit modes only HQQ writes (``nncf_hqq.LowBitMode``).
@@ -67,6 +71,9 @@ ZERO_POINT_FORMATS: dict[str, ZeroPointFormat] = {
 MODEL_XML = "openvino_model.xml"
 MODEL_BIN = "openvino_model.bin"
 RECORD_NAME = "nncf_hqq_compression.json"
+#: The OpenVINO tokenizer and detokenizer IRs that ``openvino_genai.LLMPipeline`` loads beside the model.
+TOKENIZER_XML = "openvino_tokenizer.xml"
+DETOKENIZER_XML = "openvino_detokenizer.xml"
 METRICS = ("ppl", "kl", "top1")
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
 
@@ -143,6 +150,54 @@ def compress_model(model: Any, options: CompressionOptions, dataset: nncf.Datase
     else:
         ignored = nncf.IgnoredScope(patterns=list(options.ignore)) if options.ignore else None
     return nncf_hqq.compress_weights(model, **options.nncf_kwargs(dataset, ignored))
+
+
+#: The phases of ``nncf-hqq compress`` that ``compress_timed`` and ``save_model_dir`` time (``StepTimer`` names).
+EXPORT_PHASE = "export"
+LOADING_PHASE = "loading"
+SELF_CALIBRATION_PHASE = "self-calibration text"
+COMPRESSION_PHASE = "compression"
+STATISTICS_PHASE = "statistics"
+OUTPUT_CHECK_PHASE = "output check"
+SAVING_PHASE = "saving"
+TOKENIZER_PHASE = "tokenizer conversion"
+
+
+@contextmanager
+def statistics_timed(timer: StepTimer) -> Iterator[None]:
+    """For the duration, NNCF's collection of activation statistics for weight compression (the pass of the model
+    over the calibration data, ``WeightCompression._collect_statistics`` in NNCF 3.4) is timed as
+    ``STATISTICS_PHASE``. Data-free compressions collect none. Without that method nothing is timed."""
+    name = "_collect_statistics"
+    original = getattr(WeightCompression, name, None)
+    if original is None:
+        yield
+        return
+
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        with timer.step(STATISTICS_PHASE):
+            return original(*args, **kwargs)
+
+    setattr(WeightCompression, name, timed)
+    try:
+        yield
+    finally:
+        setattr(WeightCompression, name, original)
+
+
+def compress_timed(
+    model: Any, options: CompressionOptions, dataset: nncf.Dataset | None = None, timer: StepTimer | None = None
+) -> Any:
+    """``compress_model`` in timed phases: the self-calibration text the float model generates (when ``options``
+    self-calibrate and no ``dataset`` is given), then the compression, with NNCF's statistics nested in it. The
+    same model as ``compress_model`` (the text is generated as ``nncf_hqq.compress_weights`` generates it)."""
+    if timer is None:
+        return compress_model(model, options, dataset)
+    if dataset is None and options.self_calibration is not None and isinstance(model, ov.Model):
+        with timer.step(SELF_CALIBRATION_PHASE):
+            dataset = self_calibration_dataset(model, options.self_calibration)
+    with timer.step(COMPRESSION_PHASE), statistics_timed(timer):
+        return compress_model(model, options, dataset)
 
 
 #: The modes ``compress`` self-calibrates in (4-bit groups: AWQ and Scale Estimation apply).
@@ -227,21 +282,27 @@ def compress_checked_on_outputs(
     data_free: CompressionOptions,
     self_calibrated: CompressionOptions,
     log: Callable[[str], None],
+    timer: StepTimer | None = None,
 ) -> tuple[ov.Model, CompressionOptions, OutputCheck]:
     """``model`` (read from ``model_xml``) compressed as each of ``output_check_candidates``, and the one whose
     outputs on held-out generated sequences are closest to the float model's (least KL divergence), with its
     options and what was measured. Judged on the whole model's outputs, so the result is never worse than RTN's
-    there."""
+    there. ``timer`` times the self-calibrated compression's phases (``compress_timed``), then the rest of the
+    check as ``OUTPUT_CHECK_PHASE``."""
     if self_calibrated.self_calibration is None:
         msg = "the output check compares a self-calibrated compression: self_calibrated.self_calibration is None"
         raise ValueError(msg)
-    held_out = held_out_sequences(model, self_calibrated.self_calibration)
+    timer = timer or StepTimer(lambda _: None)
     candidates = output_check_candidates(data_free, self_calibrated)
-    compressed: dict[str, ov.Model] = {}
-    for index, (name, options) in enumerate(candidates.items()):
-        log(f"Output check: compressing the {name} candidate")
-        compressed[name] = compress_model(model if index == 0 else read_model(model_xml), options)
-    metrics = evaluation.evaluate_llms(model_xml, compressed, held_out)
+    (first, first_options), *others = candidates.items()
+    log(f"Output check: compressing the {first} candidate")
+    compressed: dict[str, ov.Model] = {first: compress_timed(model, first_options, None, timer)}
+    with timer.step(OUTPUT_CHECK_PHASE):
+        held_out = held_out_sequences(read_model(model_xml), self_calibrated.self_calibration)
+        for name, options in others:
+            log(f"Output check: compressing the {name} candidate")
+            compressed[name] = compress_model(read_model(model_xml), options)
+        metrics = evaluation.evaluate_llms(model_xml, compressed, held_out)
     chosen = min(candidates, key=lambda name: metrics[name]["kl"])
     summary = ", ".join(f"{name} {metrics[name]['kl']:.4f}" for name in candidates)
     log(f"Output check on {len(held_out)} held-out generated sequences, KL vs float: {summary}; keeping {chosen}")
@@ -284,25 +345,34 @@ def torch_calibration_dataset(tokenizer_dir: str | Path, text_path: str | Path, 
 
 
 def compress_hf_checkpoint(
-    model: str, out_dir: Path, options: CompressionOptions, dataset: nncf.Dataset | None = None
+    model: str,
+    out_dir: Path,
+    options: CompressionOptions,
+    dataset: nncf.Dataset | None = None,
+    timer: StepTimer | None = None,
 ) -> list[str]:
     """Compresses a HF causal LM in PyTorch (NNCF's Torch backend) and writes a transformers checkpoint to
     ``out_dir`` that ``AutoModelForCausalLM.from_pretrained`` loads compressed after ``import nncf_hqq.torch``.
-    Returns the names of the files copied from the source dir (tokenizer and the like)."""
+    Returns the names of the files copied from the source dir (tokenizer and the like). ``timer`` times the phases
+    ``loading``, ``compression`` (``statistics`` in it) and ``saving``."""
     from transformers import AutoModelForCausalLM
 
+    timer = timer or StepTimer(lambda _: None)
     source = Path(model).expanduser()
-    hf_model = AutoModelForCausalLM.from_pretrained(source if source.is_dir() else model, dtype="auto").eval()
+    with timer.step(LOADING_PHASE):
+        hf_model = AutoModelForCausalLM.from_pretrained(source if source.is_dir() else model, dtype="auto").eval()
     if dataset is None:
         dataset = torch_example_dataset(hf_model.config.get_text_config().vocab_size)
-    compressed = compress_model(hf_model, options, dataset)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    compressed.save_pretrained(out_dir)
-    copied = []
-    if source.is_dir():
-        for src in sorted(p for p in source.iterdir() if p.is_file() and not _CHECKPOINT_FILE.fullmatch(p.name)):
-            shutil.copy2(src, out_dir / src.name)
-            copied.append(src.name)
+    with timer.step(COMPRESSION_PHASE), statistics_timed(timer):
+        compressed = compress_model(hf_model, options, dataset)
+    with timer.step(SAVING_PHASE):
+        out_dir.mkdir(parents=True, exist_ok=True)
+        compressed.save_pretrained(out_dir)
+        copied = []
+        if source.is_dir():
+            for src in sorted(p for p in source.iterdir() if p.is_file() and not _CHECKPOINT_FILE.fullmatch(p.name)):
+                shutil.copy2(src, out_dir / src.name)
+                copied.append(src.name)
     return copied
 
 
@@ -321,6 +391,11 @@ class SourceModel:
 
 def is_ir_dir(path: Path) -> bool:
     return path.is_dir() and (path / MODEL_XML).is_file()
+
+
+def is_genai_dir(path: Path) -> bool:
+    """Whether ``path`` holds what ``openvino_genai.LLMPipeline`` loads: the model, tokenizer and detokenizer IRs."""
+    return all((path / name).is_file() for name in (MODEL_XML, TOKENIZER_XML, DETOKENIZER_XML))
 
 
 def is_hf_dir(path: Path) -> bool:
@@ -351,8 +426,11 @@ def model_kind(model: str) -> str:
 
 
 @contextmanager
-def source_model(model: str, log: Callable[[str], None] | None = None) -> Iterator[SourceModel]:
-    """The IR of ``model``: an IR ``.xml``, an IR dir, or a HF dir / hub id exported (fp32) into a temporary dir."""
+def source_model(
+    model: str, log: Callable[[str], None] | None = None, timer: StepTimer | None = None
+) -> Iterator[SourceModel]:
+    """The IR of ``model``: an IR ``.xml``, an IR dir, or a HF dir / hub id exported (fp32) into a temporary dir
+    (timed as the phase ``export`` by ``timer``)."""
     kind = model_kind(model)
     path = Path(model).expanduser()
     if kind == "ir_xml":
@@ -368,7 +446,8 @@ def source_model(model: str, log: Callable[[str], None] | None = None) -> Iterat
         if log is not None:
             log(f"Exporting {model} to OpenVINO IR (fp32) with optimum-intel")
         try:
-            ir_dir = models.export_to_openvino(path if kind == "hf_dir" else model, Path(tmp) / "ov")
+            with (timer or StepTimer(lambda _: None)).step(EXPORT_PHASE):
+                ir_dir = models.export_to_openvino(path if kind == "hf_dir" else model, Path(tmp) / "ov")
         except Exception as err:
             where = "the Hugging Face hub (is it reachable?)" if kind == "hub_id" else str(path)
             family = f" (model family {model_type!r})" if model_type else ""
@@ -395,20 +474,92 @@ def side_files(files_dir: Path) -> list[Path]:
     return sorted(p for p in files_dir.iterdir() if p.is_file() and p.name not in (MODEL_XML, MODEL_BIN, RECORD_NAME))
 
 
-def save_model_dir(
-    model: ov.Model, out_dir: Path, files_dir: Path | None, record: Mapping[str, Any] | None = None
-) -> list[str]:
-    """Write ``openvino_model.xml/.bin`` into ``out_dir`` and copy the side files of ``files_dir``.
+def generates_text(model: ov.Model) -> bool:
+    """Whether ``model`` outputs next-token ``logits`` (an LLM, whose GenAI dir needs a detokenizer too; an encoder's
+    needs only the tokenizer)."""
+    return any("logits" in port.get_names() for port in model.outputs)
 
-    Returns the names of the copied files. ``record`` (what was done) goes to ``nncf_hqq_compression.json``.
+
+def write_openvino_tokenizers(tokenizer_dir: str | Path, out_dir: Path, with_detokenizer: bool = True) -> list[str]:
+    """Convert the Hugging Face tokenizer of ``tokenizer_dir`` with ``openvino_tokenizers.convert_tokenizer`` into
+    ``out_dir/openvino_tokenizer.xml/.bin`` and, with ``with_detokenizer``, ``openvino_detokenizer.xml/.bin``: what
+    ``openvino_genai`` loads beside the model (an LLM needs both, an encoder only the tokenizer).
+
+    Returns the names of the ``.xml`` files written. Raises what loading or converting the tokenizer raises
+    (``ImportError`` without the openvino-tokenizers package).
     """
+    import openvino_tokenizers
+
+    hf_tokenizer = evaluation.load_tokenizer(tokenizer_dir)
+    converted = openvino_tokenizers.convert_tokenizer(hf_tokenizer, with_detokenizer=with_detokenizer)
+    irs = converted if with_detokenizer else (converted,)
+    names = [TOKENIZER_XML, DETOKENIZER_XML][: len(irs)]
     out_dir.mkdir(parents=True, exist_ok=True)
-    ov.save_model(model, out_dir / MODEL_XML, compress_to_fp16=False)
-    copied = []
-    for src in side_files(files_dir) if files_dir is not None else []:
-        shutil.copy2(src, out_dir / src.name)
-        copied.append(src.name)
+    for ir, name in zip(irs, names, strict=True):
+        ov.save_model(ir, out_dir / name)
+    return names
+
+
+def ensure_openvino_tokenizers(
+    out_dir: Path,
+    tokenizer_dir: Path | None,
+    with_detokenizer: bool,
+    log: Callable[[str], None],
+    timer: StepTimer | None = None,
+) -> list[str]:
+    """The OpenVINO tokenizer IRs of ``out_dir``: kept when already there (copied from the source), otherwise
+    written by ``write_openvino_tokenizers`` (timed as ``TOKENIZER_PHASE``). Returns the names written; when they
+    cannot be, says why in one ``warning:`` line through ``log`` and returns none (the model dir stays usable with
+    optimum-intel, not with openvino_genai)."""
+    needed = [TOKENIZER_XML, DETOKENIZER_XML] if with_detokenizer else [TOKENIZER_XML]
+    if all((out_dir / name).is_file() for name in needed):
+        return []
+    consequence = f"openvino_genai will not load {out_dir} (the model itself is written)"
+    if tokenizer_dir is None:
+        log(f"warning: no tokenizer beside the source model to convert to {TOKENIZER_XML}: {consequence}")
+        return []
+    try:
+        with (timer or StepTimer(lambda _: None)).step(TOKENIZER_PHASE):
+            written = write_openvino_tokenizers(tokenizer_dir, out_dir, with_detokenizer)
+    except Exception as err:
+        reason = (str(err).strip().splitlines() or [""])[0][:200]
+        if isinstance(err, ImportError):
+            reason += " (pip install -e '.[llm]' installs openvino-tokenizers)"
+        log(f"warning: the tokenizer of {tokenizer_dir} was not converted to OpenVINO ({reason}): {consequence}")
+        return []
+    log(f"OpenVINO tokenizer IRs for openvino_genai: {', '.join(written)}")
+    return written
+
+
+def save_model_dir(
+    model: ov.Model,
+    out_dir: Path,
+    files_dir: Path | None,
+    record: Mapping[str, Any] | None = None,
+    *,
+    tokenizer_dir: Path | None = None,
+    log: Callable[[str], None] | None = None,
+    timer: StepTimer | None = None,
+) -> list[str]:
+    """Write ``openvino_model.xml/.bin`` into ``out_dir``, copy the side files of ``files_dir`` and make it an OpenVINO
+    GenAI dir: the tokenizer IRs (``ensure_openvino_tokenizers``, from ``tokenizer_dir``, by default ``files_dir``;
+    with a detokenizer when the model ``generates_text``).
+
+    Returns the names of the copied files. ``record`` (what was done) goes to ``nncf_hqq_compression.json`` with
+    ``phase_seconds``, the seconds of every phase ``timer`` timed (saving and tokenizer conversion included).
+    """
+    timer = timer or StepTimer(lambda _: None)
+    with timer.step(SAVING_PHASE):
+        out_dir.mkdir(parents=True, exist_ok=True)
+        ov.save_model(model, out_dir / MODEL_XML, compress_to_fp16=False)
+        copied = []
+        for src in side_files(files_dir) if files_dir is not None else []:
+            shutil.copy2(src, out_dir / src.name)
+            copied.append(src.name)
+    tokenizer_dir = tokenizer_dir or files_dir
+    ensure_openvino_tokenizers(out_dir, tokenizer_dir, generates_text(model), log or nncf_logger.info, timer)
     if record is not None:
+        record = {**record, "phase_seconds": dict(timer.seconds)}
         (out_dir / RECORD_NAME).write_text(json.dumps(record, indent=2, default=str) + "\n")
     return copied
 
@@ -425,6 +576,12 @@ def versions() -> dict[str, str]:
 # --------------------------------------------------------------------------------------------------------------------
 # Evaluation and reports
 # --------------------------------------------------------------------------------------------------------------------
+#: The phases of ``nncf-hqq evaluate`` (``evaluate_against``).
+TOKENIZATION_PHASE = "tokenization"
+REFERENCE_CHECK_PHASE = "reference check"
+EVALUATION_PHASE = "evaluation"
+
+
 def default_text() -> Path | None:
     """The shared WikiText-2 test text when it is there (``shared/data/wikitext-2-raw/wiki.test.raw``)."""
     try:
@@ -442,18 +599,25 @@ def evaluate_against(
     window: int = evaluation.WINDOW,
     reference_name: str = "fp",
     warn: Callable[[str], None] | None = None,
+    timer: StepTimer | None = None,
 ) -> dict[str, evaluation.Metrics]:
     """PPL, KL vs the reference and top-1 agreement on the first ``n_windows`` windows of the text.
 
     ``warn`` receives the findings of ``nncf_hqq.llm.sanity`` (text and tokenizer, then the reference perplexity).
+    ``timer`` times the phases: ``tokenization``, ``reference check`` (compiling the reference, the sanity checks)
+    and ``evaluation``.
     """
-    tokenizer = evaluation.load_tokenizer(tokenizer_dir)
-    text = evaluation.read_text(text_path)
-    ids = evaluation.tokenize_text(tokenizer, text_path)
-    windows = evaluation.token_windows(ids, n_windows, window, str(text_path))
-    reference_llm = evaluation.StatefulLLM(reference)
-    findings = sanity.check_tokenized_text(text, ids, reference_llm, model_files_dir(reference), f"{text_path}")
-    results = evaluation.evaluate_llms(reference_llm, candidates, windows, reference_name=reference_name)
+    timer = timer or StepTimer(lambda _: None)
+    with timer.step(TOKENIZATION_PHASE):
+        tokenizer = evaluation.load_tokenizer(tokenizer_dir)
+        text = evaluation.read_text(text_path)
+        ids = evaluation.tokenize_text(tokenizer, text_path)
+        windows = evaluation.token_windows(ids, n_windows, window, str(text_path))
+    with timer.step(REFERENCE_CHECK_PHASE):
+        reference_llm = evaluation.StatefulLLM(reference)
+        findings = sanity.check_tokenized_text(text, ids, reference_llm, model_files_dir(reference), f"{text_path}")
+    with timer.step(EVALUATION_PHASE):
+        results = evaluation.evaluate_llms(reference_llm, candidates, windows, reference_name=reference_name)
     final = sanity.perplexity_warning(results[reference_name]["ppl"], "the reference's perplexity on the windows")
     for finding in [*findings, *([final] if final else [])]:
         if warn is not None:
