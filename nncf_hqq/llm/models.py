@@ -11,6 +11,8 @@ extra (``pip install -e .[llm]``).
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -18,6 +20,7 @@ import sys
 import zipfile
 from collections.abc import Callable
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -285,20 +288,143 @@ class UnsupportedFamilyError(RuntimeError):
     """A model family that the installed transformers / optimum-intel cannot export to OpenVINO."""
 
 
-def export_obstacle(model_type: str, task: str = LLM_TASK) -> str | None:
-    """Why the installed transformers and optimum-intel cannot export a ``model_type`` model for ``task``, in one
-    line with what to install instead; None when neither says anything against it.
+class UnsupportedTaskError(RuntimeError):
+    """A HF model whose task ``nncf-hqq compress`` does not handle, or whose task cannot be inferred."""
+
+
+#: optimum's library names: a transformers model, or a sentence-transformers one (optimum-intel then exports the
+#: encoder with its pooling and its Dense / Normalize modules, as ``OVSentenceTransformer`` loads it).
+TRANSFORMERS = "transformers"
+SENTENCE_TRANSFORMERS = "sentence_transformers"
+#: Files that make a HF dir a sentence-transformers model: the module list ``SentenceTransformer`` loads, and the
+#: config optimum looks for (it also takes any ``sentence_*`` file, e.g. ``sentence_bert_config.json``).
+SENTENCE_TRANSFORMERS_FILES = ("modules.json", "config_sentence_transformers.json")
+#: optimum task names ``compress`` handles: causal LMs (exported with their KV cache) and encoders (exported as
+#: feature extractors; ``sentence-similarity`` is the sentence-transformers name of the same export).
+GENERATION_TASKS = ("text-generation", LLM_TASK)
+ENCODER_TASKS = (ENCODER_TASK, "sentence-similarity")
+
+
+@dataclass(frozen=True)
+class ExportTask:
+    """What a HF model is exported as: optimum's ``task`` and ``library``, and where that came from (``found``)."""
+
+    task: str
+    library: str
+    found: str
+
+    @property
+    def encoder(self) -> bool:
+        return self.task in ENCODER_TASKS
+
+    @property
+    def export_task(self) -> str:
+        """The task given to optimum-intel's export: an LLM with its KV cache, or an encoder's feature extraction."""
+        return ENCODER_TASK if self.encoder else LLM_TASK
+
+    def describe(self) -> str:
+        library = "sentence-transformers, with its pooling" if self.library == SENTENCE_TRANSFORMERS else self.library
+        return f"{self.task} ({library}; {self.found})"
+
+
+def hf_library(hf_dir: Path) -> str:
+    """optimum's library of a HF model dir (``TasksManager.infer_library_from_model``), and sentence-transformers
+    for a dir with a ``modules.json`` too."""
+    _require("optimum.exporters")
+    from optimum.exporters.tasks import TasksManager
+
+    if any((hf_dir / name).is_file() for name in SENTENCE_TRANSFORMERS_FILES):
+        return SENTENCE_TRANSFORMERS
+    return str(TasksManager.infer_library_from_model(str(hf_dir)))
+
+
+def infer_export_task(model: str | Path, task: str | None = None) -> ExportTask:
+    """The task a HF model dir (or hub id) is exported for, inferred as optimum infers it: sentence-transformers
+    models are feature extractors; otherwise the class the config's ``architectures`` names gives the task
+    (``TasksManager.infer_task_from_model``; a hub id: the hub's metadata). ``task`` (``--task``) overrides it.
+    A config naming no architecture is taken as a causal LM. Raises UnsupportedTaskError when it cannot be inferred.
+    """
+    path = Path(model).expanduser()
+    local = path.is_dir()
+    try:
+        library = hf_library(path) if local else _hub_library(str(model))
+    except Exception as err:  # the hub, or an unreadable dir
+        msg = f"cannot infer the task of {model} ({type(err).__name__}: {err}); pass --task"
+        raise UnsupportedTaskError(msg) from err
+    if task is not None:
+        return ExportTask(task, library if task in ENCODER_TASKS else TRANSFORMERS, "--task")
+    if library == SENTENCE_TRANSFORMERS:
+        return ExportTask(ENCODER_TASK, library, "a sentence-transformers model")
+    if library != TRANSFORMERS:
+        msg = f"{model} is a {library} model; nncf-hqq compress exports transformers and sentence-transformers models"
+        raise UnsupportedTaskError(msg)
+    return _task_from_architectures(path) if local else _hub_task(str(model))
+
+
+def _task_from_architectures(hf_dir: Path) -> ExportTask:
+    """The task of the class the first of the config's ``architectures`` names (optimum's class-to-task maps)."""
+    import json
+
+    import transformers
+    from optimum.exporters.tasks import TasksManager
+
+    architectures = json.loads((hf_dir / "config.json").read_text()).get("architectures") or []
+    if not architectures:
+        return ExportTask("text-generation", TRANSFORMERS, "config.json names no architecture: taken as a causal LM")
+    name = str(architectures[0])
+    model_class = getattr(transformers, name, None)
+    if model_class is None:
+        msg = f"cannot infer the task of {hf_dir}: transformers has no class {name!r} (its config's architecture)"
+        raise UnsupportedTaskError(f"{msg}; pass --task text-generation or --task {ENCODER_TASK}")
+    try:
+        task = TasksManager.infer_task_from_model(model_class)
+    except ValueError as err:
+        msg = f"optimum infers no task from the architecture {name!r} of {hf_dir}; pass --task"
+        raise UnsupportedTaskError(msg) from err
+    return ExportTask(str(task), TRANSFORMERS, f"architecture {name}")
+
+
+def _hub_library(hub_id: str) -> str:
+    from optimum.exporters.tasks import TasksManager
+
+    return str(TasksManager.infer_library_from_model(hub_id))
+
+
+def _hub_task(hub_id: str) -> ExportTask:
+    from optimum.exporters.tasks import TasksManager
+
+    try:
+        task = TasksManager.infer_task_from_model(hub_id, library_name=TRANSFORMERS)
+    except Exception as err:
+        msg = f"cannot infer the task of {hub_id} from the Hugging Face hub ({type(err).__name__}); pass --task"
+        raise UnsupportedTaskError(msg) from err
+    return ExportTask(str(task), TRANSFORMERS, "the hub's metadata")
+
+
+def check_task(export: ExportTask, model: str | Path) -> None:
+    """Raise UnsupportedTaskError, in one line naming the task, unless ``compress`` handles it (a causal LM or an
+    encoder)."""
+    if export.task in GENERATION_TASKS or export.encoder:
+        return
+    msg = (
+        f"{model} is a {export.task} model ({export.found}): nncf-hqq compress handles text-generation (causal LMs) "
+        f"and {ENCODER_TASK} (encoders, sentence embeddings) models; --task overrides the inferred task"
+    )
+    raise UnsupportedTaskError(msg)
+
+
+def export_obstacle(model_type: str, task: str = LLM_TASK, library: str = TRANSFORMERS) -> str | None:
+    """Why the installed transformers and optimum-intel cannot export a ``model_type`` model for ``task`` (as a
+    ``library`` model), in one line with what to install instead; None when neither says anything against it.
 
     optimum-intel's export config of a family may bound the transformers version (``MIN_TRANSFORMERS_VERSION`` /
-    ``MAX_TRANSFORMERS_VERSION``); the export itself would stop there, after the model was loaded.
+    ``MAX_TRANSFORMERS_VERSION``); the export itself would stop there, after the model was loaded. A
+    sentence-transformers model is exported through one config for every family (its first module, traced), which
+    needs the sentence-transformers package.
     """
-    import importlib.metadata
-
     _require("optimum.intel")
     import optimum.exporters.openvino  # noqa: F401  (registers the OpenVINO export configs)
     import transformers
-    from optimum.exporters.tasks import TasksManager
-    from packaging.version import Version
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
     optimum_intel = importlib.metadata.version("optimum-intel")
@@ -308,9 +434,23 @@ def export_obstacle(model_type: str, task: str = LLM_TASK) -> str | None:
     newer = f"a newer optimum-intel may: in a separate environment pip install -U optimum-intel transformers, {export}"
     if model_type not in CONFIG_MAPPING_NAMES:
         return f"{head}: transformers does not know it; {newer}"
+    if library == SENTENCE_TRANSFORMERS:
+        if importlib.util.find_spec("sentence_transformers") is None:
+            return f"{head}: its sentence-transformers export needs sentence-transformers; {_LLM_EXTRA_HINT}"
+        return None
+    return _export_config_obstacle(model_type, task, head, newer, optimum_intel)
+
+
+def _export_config_obstacle(model_type: str, task: str, head: str, newer: str, optimum_intel: str) -> str | None:
+    """``export_obstacle`` of a transformers model: optimum-intel's export config for the family and task, and the
+    transformers versions it accepts."""
+    import transformers
+    from optimum.exporters.tasks import TasksManager
+    from packaging.version import Version
+
     try:
         constructor = TasksManager.get_exporter_config_constructor(
-            exporter="openvino", model_type=model_type, task=task, library_name="transformers"
+            exporter="openvino", model_type=model_type, task=task, library_name=TRANSFORMERS
         )
     except (KeyError, ValueError):
         return f"{head}: optimum-intel has no OpenVINO export of it for {task}; {newer}"
@@ -322,6 +462,7 @@ def export_obstacle(model_type: str, task: str = LLM_TASK) -> str | None:
     if (low is None or current >= Version(low)) and (high is None or current <= Version(high)):
         return None
     wanted = "transformers" + ",".join([*([f">={low}"] if low else []), *([f"<={high}"] if high else [])])
+    export = "export with `optimum-cli export openvino --model MODEL --weight-format fp32 IR`, run nncf-hqq on IR"
     return (
         f"{head}: its OpenVINO export needs {wanted}; in a separate environment pip install '{wanted}' "
         f"optimum-intel=={optimum_intel}, {export}"
@@ -346,12 +487,17 @@ def hf_model_type(hf_dir: Path) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def export_to_openvino(hf_dir_or_id: str | Path, out_dir: str | Path, task: str = LLM_TASK) -> Path:
+def export_to_openvino(
+    hf_dir_or_id: str | Path, out_dir: str | Path, task: str = LLM_TASK, library_name: str | None = None
+) -> Path:
     """Export a HF model (local dir or hub id) with optimum-intel to an OpenVINO IR dir, fp32, no weight compression.
 
     The LLM export is stateful (inputs ``input_ids``, ``attention_mask``, ``position_ids``, ``beam_idx``), as
     optimum-intel does by default. Its automatic int8 compression of >1B-parameter models is switched off by passing
     an explicit ``OVConfig(dtype="fp32")`` without a quantization config. The tokenizer files are copied alongside.
+    ``library_name``: optimum's (``SENTENCE_TRANSFORMERS`` exports the encoder with its pooling and Dense /
+    Normalize modules, outputs ``token_embeddings`` and ``sentence_embedding``); None lets optimum-intel choose
+    (transformers, also for a sentence-transformers dir).
     """
     out = Path(out_dir)
 
@@ -362,7 +508,9 @@ def export_to_openvino(hf_dir_or_id: str | Path, out_dir: str | Path, task: str 
 
         nncf_logger.info(f"Exporting {hf_dir_or_id} ({task}) to OpenVINO IR in {out}")
         ov_config = OVConfig(dtype="fp32", quantization_config=None)
-        main_export(str(hf_dir_or_id), tmp, task=task, ov_config=ov_config, convert_tokenizer=False)
+        main_export(
+            str(hf_dir_or_id), tmp, task=task, ov_config=ov_config, convert_tokenizer=False, library_name=library_name
+        )
         _check_uncompressed(tmp)
 
     return _build_dir(out, build)

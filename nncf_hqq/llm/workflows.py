@@ -383,10 +383,12 @@ def read_model(model_xml: str | Path) -> ov.Model:
 
 @dataclass(frozen=True)
 class SourceModel:
-    """An OpenVINO IR to compress and the directory holding its config/tokenizer files (if any)."""
+    """An OpenVINO IR to compress and the directory holding its config/tokenizer files (if any); ``export``: what
+    a HF model was exported as (None for an IR given as it is)."""
 
     xml: Path
     files_dir: Path | None
+    export: models.ExportTask | None = None
 
 
 def is_ir_dir(path: Path) -> bool:
@@ -427,10 +429,12 @@ def model_kind(model: str) -> str:
 
 @contextmanager
 def source_model(
-    model: str, log: Callable[[str], None] | None = None, timer: StepTimer | None = None
+    model: str, log: Callable[[str], None] | None = None, timer: StepTimer | None = None, task: str | None = None
 ) -> Iterator[SourceModel]:
     """The IR of ``model``: an IR ``.xml``, an IR dir, or a HF dir / hub id exported (fp32) into a temporary dir
-    (timed as the phase ``export`` by ``timer``)."""
+    (timed as the phase ``export`` by ``timer``) for the task optimum infers (``task`` overrides it): a causal LM
+    with its KV cache, or an encoder (a sentence-transformers model with its pooling and Dense / Normalize
+    modules). Any other task, and a family the installed stack cannot export for it, are refused before loading."""
     kind = model_kind(model)
     path = Path(model).expanduser()
     if kind == "ir_xml":
@@ -439,21 +443,36 @@ def source_model(
     if kind == "ir_dir":
         yield SourceModel(path / MODEL_XML, path)
         return
+    export = export_task(model, task)
     model_type = models.hf_model_type(path) if kind == "hf_dir" else None
-    if model_type is not None and (obstacle := models.export_obstacle(model_type)) is not None:
-        raise models.UnsupportedFamilyError(obstacle)
     with tempfile.TemporaryDirectory(prefix="nncf-hqq-export-") as tmp:
         if log is not None:
-            log(f"Exporting {model} to OpenVINO IR (fp32) with optimum-intel")
+            log(f"Exporting {model} to OpenVINO IR (fp32) with optimum-intel as {export.describe()}")
         try:
             with (timer or StepTimer(lambda _: None)).step(EXPORT_PHASE):
-                ir_dir = models.export_to_openvino(path if kind == "hf_dir" else model, Path(tmp) / "ov")
+                source = path if kind == "hf_dir" else model
+                ir_dir = models.export_to_openvino(source, Path(tmp) / "ov", export.export_task, export.library)
         except Exception as err:
             where = "the Hugging Face hub (is it reachable?)" if kind == "hub_id" else str(path)
-            family = f" (model family {model_type!r})" if model_type else ""
+            family = f" (model family {model_type!r}, {export.export_task})" if model_type else ""
             msg = f"could not export {model}{family} from {where}: {type(err).__name__}: {err}"
             raise RuntimeError(msg) from err
-        yield SourceModel(ir_dir / MODEL_XML, ir_dir)
+        yield SourceModel(ir_dir / MODEL_XML, ir_dir, export)
+
+
+def export_task(model: str, task: str | None = None) -> models.ExportTask:
+    """What a HF dir or hub id is exported as (``models.infer_export_task``; ``task`` overrides the inference),
+    checked: UnsupportedTaskError for a task ``compress`` does not handle, UnsupportedFamilyError for a family the
+    installed transformers / optimum-intel cannot export for it."""
+    export = models.infer_export_task(model, task)
+    models.check_task(export, model)
+    path = Path(model).expanduser()
+    model_type = models.hf_model_type(path) if path.is_dir() else None
+    if model_type is not None:
+        obstacle = models.export_obstacle(model_type, export.export_task, export.library)
+        if obstacle is not None:
+            raise models.UnsupportedFamilyError(obstacle)
+    return export
 
 
 def prompt_text_token_ids(tokenizer_dir: str | Path, text_path: str | Path) -> tuple[int, ...]:
