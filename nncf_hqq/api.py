@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import sys
+from collections.abc import Callable
 from collections.abc import Sequence
 from typing import Any
+from typing import ParamSpec
 from typing import TypeVar
 
 import nncf
@@ -30,8 +34,11 @@ from nncf_hqq.parameters import ZeroPointFormat
 from nncf_hqq.self_calibration import SELF_CALIBRATION_DEFAULT
 from nncf_hqq.self_calibration import SelfCalibration
 from nncf_hqq.self_calibration import self_calibration_dataset
+from nncf_hqq.self_calibration import self_calibration_subset_size
 
 TModel = TypeVar("TModel")
+P = ParamSpec("P")
+R = TypeVar("R")
 
 #: ``dataset=SELF_DATASET``: calibration text the model generates itself (``nncf_hqq.self_calibration``).
 SELF_DATASET = "self"
@@ -46,6 +53,20 @@ TORCH_MODES = (
 TORCH_MODE_NAMES = ", ".join(mode.name for mode in TORCH_MODES)
 
 
+def arguments_bound_first(function: Callable[P, R]) -> Callable[P, R]:
+    """``function`` that binds its arguments to its signature before it runs, as NNCF's ``compress_weights`` does
+    (its telemetry decorator), so that a wrong argument (an unknown keyword, a positional one) raises NNCF's
+    ``TypeError``, word for word."""
+    signature = inspect.signature(function)
+
+    @functools.wraps(function)
+    def bound_first(*args: P.args, **kwargs: P.kwargs) -> R:
+        signature.bind(*args, **kwargs)
+        return function(*args, **kwargs)
+
+    return bound_first
+
+
 @dataclasses.dataclass
 class AdvancedCompressionParameters(NNCFAdvancedCompressionParameters):
     """NNCF's advanced compression parameters plus ``hqq_params`` (used when ``hqq=True``)."""
@@ -53,6 +74,7 @@ class AdvancedCompressionParameters(NNCFAdvancedCompressionParameters):
     hqq_params: HQQParameters | None = None
 
 
+@arguments_bound_first
 def compress_weights(
     model: TModel,
     *,
@@ -87,7 +109,9 @@ def compress_weights(
 
     :param dataset: NNCF's calibration dataset; or ``"self"`` (or an ``nncf_hqq.SelfCalibration``): the float
         model (a stateful OpenVINO LLM) first generates its own calibration text (``nncf_hqq.self_calibration``),
-        with or without ``hqq``. Recommended with ``awq=True, scale_estimation=True, hqq=True``.
+        with or without ``hqq``. Recommended with ``awq=True, scale_estimation=True, hqq=True``. Then a
+        ``subset_size`` left at its default (128) becomes the number of generated sequences. Without ``hqq``, any
+        other value is passed to NNCF as it is.
     :param hqq: whether to use HQQ.
     :param hqq_params: HQQ's hyper-parameters: an ``HQQParameters``, or a dict of fields to change in the
         recommended configuration (``HQQParameters()``). They can also be given as
@@ -115,26 +139,16 @@ def compress_weights(
         "compression_format": compression_format,
         "advanced_parameters": advanced_parameters,
     }
-    low_bit = low_bit_mode(mode)
     self_calibration = self_calibration_request(dataset)
-    if self_calibration is not None and is_torch_model(model):
-        msg = (
-            "Self-calibration (dataset='self') generates with an OpenVINO model; for a PyTorch model pass an "
-            "nncf.Dataset of real inputs."
-        )
-        raise nncf.UnsupportedBackendError(msg)
     if self_calibration is not None:
-        validate_data_is_used(nncf_arguments)
+        validate_self_calibration(model, nncf_arguments)
+        nncf_arguments["subset_size"] = self_calibration_subset_size(subset_size, self_calibration)
     if not hqq:
-        for name, value in (("hqq_params", hqq_params), ("target_parameters", target_parameters)):
-            if value is not None:
-                msg = f"{name} was given but hqq is not enabled; pass hqq=True to use HQQ."
-                raise nncf.ValidationError(msg)
-        if low_bit is not None:
-            msg = f"mode={low_bit.name} is written by HQQ only (NNCF has no such mode); pass hqq=True."
-            raise nncf.ValidationError(msg)
+        validate_without_hqq(mode, hqq_params, target_parameters, advanced_parameters)
         nncf_arguments["dataset"] = calibration_dataset(model, self_calibration, dataset)
         return original_compress_weights(model, **nncf_arguments)
+    validate_dataset_argument(dataset)
+    low_bit = low_bit_mode(mode)
     params = resolve_hqq_parameters(hqq_params, advanced_parameters)
     torch_model = is_torch_model(model)
     if low_bit is not None:
@@ -169,18 +183,33 @@ def compress_weights(
 
 def self_calibration_request(dataset: object) -> SelfCalibration | None:
     """The self-calibration a ``dataset`` argument asks for: ``"self"`` (``SELF_CALIBRATION_DEFAULT``) or a
-    ``SelfCalibration``; None for an ``nncf.Dataset`` or None. Any other string is an error."""
+    ``SelfCalibration``; None for anything else, which is NNCF's to judge."""
     if isinstance(dataset, SelfCalibration):
         return dataset
-    if isinstance(dataset, str):
-        if dataset != SELF_DATASET:
-            msg = (
-                f"dataset={dataset!r} is not a dataset; pass an nncf.Dataset, {SELF_DATASET!r} (calibration text the "
-                "model generates itself) or an nncf_hqq.SelfCalibration."
-            )
-            raise nncf.ValidationError(msg)
+    if isinstance(dataset, str) and dataset == SELF_DATASET:
         return SELF_CALIBRATION_DEFAULT
     return None
+
+
+def validate_dataset_argument(dataset: object) -> None:
+    """With ``hqq=True``, a string other than ``"self"`` is an error (without HQQ, NNCF judges it)."""
+    if isinstance(dataset, str) and dataset != SELF_DATASET:
+        msg = (
+            f"dataset={dataset!r} is not a dataset; pass an nncf.Dataset, {SELF_DATASET!r} (calibration text the "
+            "model generates itself) or an nncf_hqq.SelfCalibration."
+        )
+        raise nncf.ValidationError(msg)
+
+
+def validate_self_calibration(model: object, nncf_arguments: dict[str, Any]) -> None:
+    """Self-calibration generates with an OpenVINO model, and only for a call that uses data."""
+    if is_torch_model(model):
+        msg = (
+            "Self-calibration (dataset='self') generates with an OpenVINO model; for a PyTorch model pass an "
+            "nncf.Dataset of real inputs."
+        )
+        raise nncf.UnsupportedBackendError(msg)
+    validate_data_is_used(nncf_arguments)
 
 
 def validate_data_is_used(nncf_arguments: dict[str, Any]) -> None:
@@ -193,6 +222,28 @@ def validate_data_is_used(nncf_arguments: dict[str, Any]) -> None:
             "dataset='self' generates calibration text, but no step of this call uses data: add awq=True and "
             "scale_estimation=True (recommended), gptq=True, lora_correction=True or ratio < 1, or drop the dataset."
         )
+        raise nncf.ValidationError(msg)
+
+
+def validate_without_hqq(
+    mode: object,
+    hqq_params: object,
+    target_parameters: object,
+    advanced_parameters: NNCFAdvancedCompressionParameters | None,
+) -> None:
+    """Without ``hqq``, only ``nncf_hqq``'s own objects are refused (HQQ's options, a ``LowBitMode``); everything
+    else reaches NNCF as it was given, so NNCF raises what it raises."""
+    given = {
+        "hqq_params": hqq_params,
+        "target_parameters": target_parameters,
+        "advanced_parameters.hqq_params": getattr(advanced_parameters, "hqq_params", None),
+    }
+    for name, value in given.items():
+        if value is not None:
+            msg = f"{name} was given but hqq is not enabled; pass hqq=True to use HQQ."
+            raise nncf.ValidationError(msg)
+    if isinstance(mode, LowBitMode):
+        msg = f"mode={mode.name} is written by HQQ only (NNCF has no such mode); pass hqq=True."
         raise nncf.ValidationError(msg)
 
 

@@ -128,6 +128,16 @@ def _check_float(name: str, value: object, ok: Callable[[float], bool], expected
 #: What ``compress_weights(..., dataset="self")`` and ``nncf-hqq compress`` use (docs/self_calibration.md).
 SELF_CALIBRATION_DEFAULT = SelfCalibration()
 
+#: ``nncf.compress_weights``'s default ``subset_size``.
+NNCF_DEFAULT_SUBSET_SIZE = 128
+
+
+def self_calibration_subset_size(subset_size: int, params: SelfCalibration) -> int:
+    """The ``subset_size`` NNCF gets with a self-generated dataset: the number of generated sequences when
+    ``subset_size`` is NNCF's default (so that all of them are used, and NNCF does not warn that the dataset is
+    smaller than its default subset), else ``subset_size`` as given."""
+    return params.num_samples if subset_size == NNCF_DEFAULT_SUBSET_SIZE else subset_size
+
 
 # --------------------------------------------------------------------------------------------------------------------
 # Sampling maths

@@ -7,6 +7,9 @@ tests/test_evaluation.py (needs the ``llm`` extra) against its own full-sequence
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,7 @@ import pytest
 from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
+from nncf.common.logging import nncf_logger
 
 import nncf_hqq
 from nncf_hqq import self_calibration as sc
@@ -194,27 +198,63 @@ def _compressed_types(model: ov.Model) -> set[str]:
     return {op.get_element_type().get_type_name() for op in model.get_ops() if op.get_type_name() == "Constant"}
 
 
+@contextlib.contextmanager
+def nncf_warnings() -> Iterator[list[str]]:
+    """The warnings NNCF's logger (``nncf_logger``, which does not propagate to the root logger) emits within."""
+    messages: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: messages.append(record.getMessage())  # type: ignore[method-assign]
+    nncf_logger.addHandler(handler)
+    try:
+        yield messages
+    finally:
+        nncf_logger.removeHandler(handler)
+
+
+SMALL_DATASET_WARNING = "Dataset contains only"
+
+
 @pytest.mark.parametrize("hqq", [True, False], ids=["hqq", "nncf"])
 def test_compress_weights_with_self_calibration_runs_awq_and_scale_estimation(
     tiny_llm: tuple[Path, Any],  # noqa: F811
     hqq: bool,
 ) -> None:
     kwargs = {"mode": nncf.CompressWeightsMode.INT4_ASYM, "group_size": 32, "ratio": 1.0}
-    compressed = nncf.compress_weights(
-        _tiny_model(tiny_llm), **kwargs, dataset=TINY, awq=True, scale_estimation=True, hqq=hqq
-    )
+    with nncf_warnings() as warnings:
+        compressed = nncf.compress_weights(
+            _tiny_model(tiny_llm), **kwargs, dataset=TINY, awq=True, scale_estimation=True, hqq=hqq
+        )
     assert "u4" in _compressed_types(compressed)
-    # the same as passing the generated dataset explicitly
-    explicit = nncf.compress_weights(
-        _tiny_model(tiny_llm),
-        **kwargs,
-        dataset=nncf_hqq.self_calibration_dataset(_tiny_model(tiny_llm), TINY),
-        awq=True,
-        scale_estimation=True,
-        hqq=hqq,
-    )
+    assert not [w for w in warnings if SMALL_DATASET_WARNING in w]  # subset_size follows the 4 generated sequences
+    # the same as passing the generated dataset explicitly (with subset_size 128, about which NNCF warns)
+    with nncf_warnings() as warnings:
+        explicit = nncf.compress_weights(
+            _tiny_model(tiny_llm),
+            **kwargs,
+            dataset=nncf_hqq.self_calibration_dataset(_tiny_model(tiny_llm), TINY),
+            awq=True,
+            scale_estimation=True,
+            hqq=hqq,
+        )
+    assert f"{SMALL_DATASET_WARNING} 4 samples, smaller than the requested subset size 128." in warnings
     ids = np.arange(1, 20)
     np.testing.assert_array_equal(ev.StatefulLLM(compressed).logits(ids), ev.StatefulLLM(explicit).logits(ids))
+
+
+@pytest.mark.parametrize(
+    ("subset_size", "num_samples", "expected"),
+    [
+        pytest.param(128, 32, 32, id="default-fewer-samples"),
+        pytest.param(128, 200, 200, id="default-more-samples"),
+        pytest.param(16, 32, 16, id="given-smaller"),
+        pytest.param(256, 32, 256, id="given-larger"),
+    ],
+)
+def test_a_default_subset_size_follows_the_generated_sequences(
+    subset_size: int, num_samples: int, expected: int
+) -> None:
+    params = sc.SELF_CALIBRATION_DEFAULT.replace(num_samples=num_samples)
+    assert sc.self_calibration_subset_size(subset_size, params) == expected
 
 
 @pytest.mark.parametrize(
