@@ -205,7 +205,7 @@ def compress(model: ov.Model, spec: ModelSpec, variant: Variant) -> ov.Model:
 
 
 def decompression_summary(model: ov.Model) -> dict[str, int]:
-    """Counts of the constants by role and type: ``zero_point:u4``, ``scale:f16``, ``zero_point_correction:f16``
+    """Counts of the constants by role and type: ``zero_point:u4``, ``scale:f16``, ``hqq_split_correction:f16``
     (split zero points), ``weight:u4`` (weights: the other constants of at least 4096 elements, e.g. ``weight:f16``
     for uncompressed ones)."""
     counts: dict[str, int] = {}
@@ -213,7 +213,7 @@ def decompression_summary(model: ov.Model) -> dict[str, int]:
         if op.get_type_name() != "Constant":
             continue
         name = op.get_friendly_name()
-        role = next((r for r in ("zero_point", "scale", "zero_point_correction") if name.endswith(f"/{r}")), None)
+        role = next((r for r in ("zero_point", "scale", "hqq_split_correction") if name.endswith(f"/{r}")), None)
         if role is None and int(np.prod(op.get_output_shape(0))) >= 4096:
             role = "weight"
         if role:
@@ -559,7 +559,7 @@ def _formats(constants: dict[str, int]) -> str:
     weight = max((k for k in constants if k.startswith("weight:")), key=constants.__getitem__, default="weight:?")
     zero_point = max((k for k in constants if k.startswith("zero_point:")), key=constants.__getitem__, default="")
     text = weight.split(":")[1] + (f" / zp {zero_point.split(':')[1]}" if zero_point else "")
-    return text + (" + correction" if any(k.startswith("zero_point_correction:") for k in constants) else "")
+    return text + (" + correction" if any(k.startswith("hqq_split_correction:") for k in constants) else "")
 
 
 def print_tables(model: str, result: dict[str, Any]) -> None:

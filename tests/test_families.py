@@ -147,6 +147,6 @@ def test_moe_family_with_split_zero_points_keeps_no_float_zero_point_and_generat
     assert len(experts) == 3 * 2
     assert all(weights[name][1] == ov.Type.u4 for name in experts)
     assert ov.Type.f16 not in {zero_point for _, zero_point in weights.values()}
-    corrections = [op for op in model.get_ops() if op.get_friendly_name().endswith("/zero_point_correction")]
+    corrections = [op for op in model.get_ops() if op.get_friendly_name().endswith("/hqq_split_correction")]
     assert len(corrections) > len(experts)  # the experts and the attention projections HQQ compressed
     generate(out_dir, tokenizer)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 import nncf
 import numpy as np
@@ -105,7 +106,7 @@ def test_split_model_computes_the_float_zero_point_model(mode: nncf.CompressWeig
     assert _f16_zero_points(float_zp) == 4 and _f16_zero_points(split) == 0
     assert _count(split, "ReduceSum") == 4 and _count(split, "Add") == 1 + 4  # the bias, one correction each
     ops = {op.get_friendly_name(): op for op in split.get_ops()}
-    q_correction = ops["q/matmul/zero_point_correction"]
+    q_correction = ops["q/matmul/hqq_split_correction"]
     assert q_correction.input_value(0).get_node().get_friendly_name() == "q/bias"  # the bias stays on the MatMul
     x = _inputs()
     assert _relative(run(split, x), run(float_zp, x)) < TOLERANCE
@@ -230,6 +231,48 @@ def test_split_composes_with_data_aware_steps(options: dict) -> None:
     assert _f16_zero_points(float_zp) > 0 and _f16_zero_points(split) == 0
     x = _inputs()
     assert _relative(run(split, x), run(float_zp, x)) < TOLERANCE
+
+
+def _subtract_reading(constant: ov.Node) -> ov.Input:
+    """The input that reads ``constant``, past a Convert."""
+    (reader,) = constant.output(0).get_target_inputs()
+    if reader.get_node().get_type_name() == "Convert":
+        (reader,) = reader.get_node().output(0).get_target_inputs()
+    return reader
+
+
+@pytest.mark.parametrize(
+    ("build", "kwargs", "split_weights"),
+    [
+        pytest.param(
+            transformer_like,
+            {"mode": MODE.INT4_ASYM, "group_size": 32, "all_layers": True},
+            {"up_proj", "down_proj", "moe_experts", "lm_head"},
+            id="int4-g32-both-layouts-and-experts",
+        ),
+        pytest.param(siblings_model, {"mode": MODE.INT8_ASYM}, {"q", "k", "v", "o"}, id="int8-per-channel"),
+    ],
+)
+def test_only_zero_points_are_named_zero_point(build: Any, kwargs: dict, split_weights: set[str]) -> None:
+    """Code that finds zero points by name (constants whose name contains ``/zero_point``, as NNCF's tests do) must
+    find only zero points: every op named so is a weight's zero point (its scale's shape, read by the Subtract of
+    the decompression) or that Subtract; the corrections (``[1, out]`` per channel, like an INT8 zero point
+    transposed) are named ``hqq_split_correction``."""
+    split = nncf.compress_weights(build(), hqq=True, hqq_params=SPLIT, **kwargs)
+    ops = {op.get_friendly_name(): op for op in split.get_ops()}
+    named = {name: op for name, op in ops.items() if "zero_point" in name}
+    constants = {name.removesuffix("/zero_point"): op for name, op in named.items() if op.get_type_name() == "Constant"}
+    assert set(constants) >= split_weights
+    for weight, constant in constants.items():
+        assert constant.get_friendly_name() == f"{weight}/zero_point"
+        assert constant.get_output_partial_shape(0) == ops[f"{weight}/scale"].get_output_partial_shape(0)
+        reader = _subtract_reading(constant)
+        assert reader.get_node().get_type_name() == "Subtract" and reader.get_index() == 1
+    others = {name for name, op in named.items() if op.get_type_name() != "Constant"}
+    assert others == {f"{weight}/zero_point/subtract" for weight in constants}
+    corrections = {name for name in ops if name.endswith("/hqq_split_correction")}
+    assert {name.removesuffix("/hqq_split_correction") for name in corrections} >= split_weights
+    assert len(corrections) == 2 * len(split_weights)  # a constant and an Add each
 
 
 def test_low_bit_modes_refuse_the_split_format() -> None:

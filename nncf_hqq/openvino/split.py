@@ -8,7 +8,8 @@ the input ``x`` of a MatMul the remainder only needs the sum of ``x`` over each 
 
 ``W_int`` is an ordinary u4/u8-zero-point weight, which OpenVINO's CPU plugin runs on its int8 dynamic-quantization
 kernels (an f16 zero point takes a layer off them); the correction is a MatMul ``1 / group_size`` the size of the
-layer: per MatMul, Reshape -> ReduceSum -> MatMul (f16 constant ``C``) -> Add after the MatMul (after its bias).
+layer: per MatMul, Reshape -> ReduceSum -> MatMul (f16 constant ``C``) -> Add after the MatMul (after its bias),
+named ``{weight}/hqq_split_correction`` (the constant) and ``{matmul}/hqq_split_correction`` (the Add).
 
 Each MatMul gets its own chain. Sharing the group sums between MatMuls that read the same input (Q/K/V, gate/up),
 or merging their corrections into one MatMul and splitting its output, measured slower on OpenVINO 2026.4 CPU
@@ -36,6 +37,10 @@ from nncf_hqq.openvino.decompression import codes_constant
 
 #: Code types whose integer zero points the CPU plugin runs on its fast kernels (u2 fails there, u3 is decompressed).
 SPLIT_CODE_TYPES = {ov.Type.u4: 4, ov.Type.u8: 8}
+#: Names of the split's output correction: ``{weight}/hqq_split_correction`` for the f16 constant ``C``,
+#: ``{matmul}/hqq_split_correction`` for the Add after the MatMul. They must not contain ``zero_point``: tools that
+#: find zero points by name (``.../zero_point``) would take the ``[out, groups]`` correction for one.
+CORRECTION_SUFFIX = "hqq_split_correction"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,7 +204,7 @@ def _add_correction(weight: FloatZeroPointWeight, correction: np.ndarray) -> Non
     groups, group_size = weight.group_shape
     activation = weight.matmul.input_value(0)  # read now: an earlier correction may have replaced its source
     sums = _group_sums(activation, groups, group_size)
-    name = f"{weight.name}/zero_point_correction"
+    name = f"{weight.name}/{CORRECTION_SUFFIX}"
     if groups == 1:  # [..., 1] * [..., 1, out] instead of a MatMul with one inner channel
         rows = _f16_constant(np.swapaxes(correction, -1, -2), activation.get_element_type(), name)
         product = opset.multiply(sums, rows)
@@ -208,7 +213,7 @@ def _add_correction(weight: FloatZeroPointWeight, correction: np.ndarray) -> Non
         product = opset.matmul(sums, rows, transpose_a=False, transpose_b=True)
     output = _after_bias(weight.matmul.output(0))
     consumers = list(output.get_target_inputs())
-    corrected = opset.add(output, product, name=f"{weight.matmul.get_friendly_name()}/zero_point_correction")
+    corrected = opset.add(output, product, name=f"{weight.matmul.get_friendly_name()}/{CORRECTION_SUFFIX}")
     for target in consumers:
         target.replace_source_output(corrected.output(0))
 
