@@ -28,7 +28,9 @@ from typing import TextIO
 
 from nncf.common.logging import nncf_logger
 
+from nncf_hqq.llm import encoders
 from nncf_hqq.llm import evaluation
+from nncf_hqq.llm import models
 from nncf_hqq.llm import workflows
 from nncf_hqq.llm.timing import StepTimer
 from nncf_hqq.llm.workflows import MODES
@@ -38,6 +40,8 @@ from nncf_hqq.self_calibration import SELF_CALIBRATION_DEFAULT
 PROG = "nncf-hqq"
 #: ``compress --dataset``: reading, tokenizing and checking the calibration text (a ``StepTimer`` phase).
 CALIBRATION_DATA_PHASE = "calibration data"
+#: ``compress --task`` choices: optimum's task names for what ``compress`` handles, or ``auto`` (inferred).
+TASKS = ("auto", "text-generation", models.ENCODER_TASK)
 
 
 class UsageError(Exception):
@@ -155,6 +159,14 @@ def _add_compress_arguments(p: argparse.ArgumentParser) -> None:
         help="compress MoE routers and scalar gates too (default: kept in float, docs/moe.md)",
     )
     p.add_argument(
+        "--task",
+        choices=TASKS,
+        default="auto",
+        help="what a HF model is exported as: text-generation (a causal LM, with its KV cache) or feature-extraction "
+        "(an encoder; a sentence-transformers model with its pooling and Dense layers); auto (default): inferred "
+        "as optimum infers it",
+    )
+    p.add_argument(
         "--backend",
         choices=workflows.BACKENDS,
         default="auto",
@@ -170,6 +182,11 @@ def _add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--text", type=Path, help="evaluation text (default: the shared WikiText-2 test text)")
     p.add_argument("--windows", type=int, default=40, help="first N non-overlapping windows (default 40)")
     p.add_argument("--window-size", type=int, default=evaluation.WINDOW, help="tokens per window (default 512)")
+    p.add_argument(
+        "--lines",
+        type=int,
+        help=f"encoders: embed the first N non-empty, non-heading lines (default {encoders.DEFAULT_LINES})",
+    )
     p.add_argument("--tokenizer", metavar="DIR", type=Path, help="tokenizer dir (default: the reference's dir)")
     p.add_argument("--json", type=Path, help="write the results as JSON")
     p.add_argument("--png", type=Path, help="draw the results as a PNG bar chart")
@@ -335,13 +352,16 @@ def run_compress(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise UsageError(str(err)) from None
     options = compression_options(args)
+    task = _task(args)
     if backend == "torch":
         return run_compress_torch(args, options)
     start = time.perf_counter()
     timer = StepTimer(_info)
-    with workflows.source_model(args.model, log=_info, timer=timer) as source:
+    with workflows.source_model(args.model, log=_info, timer=timer, task=task) as source:
         if args.out.resolve() == source.xml.parent.resolve():
             raise UsageError("OUT must differ from the directory of the source model (its weights are read from there)")
+        if encoders.is_encoder(workflows.read_model(source.xml)):
+            return _compress_encoder(args, options, source, timer, start)
         dataset = None
         if args.dataset is not None:
             with timer.step(CALIBRATION_DATA_PHASE):
@@ -378,6 +398,78 @@ def run_compress(args: argparse.Namespace) -> int:
         _out(f"OpenVINO GenAI: openvino_genai.LLMPipeline({str(args.out)!r}, 'CPU') loads it (tokenizer IRs in OUT)")
     _out(f"Total: {time.perf_counter() - start:.1f} s (compression {compress_seconds:.1f} s)")
     return 0
+
+
+def _task(args: argparse.Namespace) -> str | None:
+    """``--task`` as ``source_model`` takes it (None: inferred). Refused with an IR (compressed as it was exported)
+    and, for an encoder, with ``--backend torch`` (which compresses causal LMs)."""
+    task = None if args.task == "auto" else args.task
+    if task is not None and workflows.model_kind(args.model) in ("ir_xml", "ir_dir"):
+        raise UsageError(f"--task applies to a HF model; {args.model} is an OpenVINO IR, compressed as it was exported")
+    if args.backend == "torch":
+        export = models.infer_export_task(args.model, task)
+        models.check_task(export, args.model)
+        if export.encoder:
+            raise UsageError(f"--backend torch compresses causal LMs; {args.model} is a {export.task} model")
+    return task
+
+
+def _compress_encoder(
+    args: argparse.Namespace, options: CompressionOptions, source: workflows.SourceModel, timer: StepTimer, start: float
+) -> int:
+    """``compress`` of an encoder: the encoder recipe, data-free or calibrated on lines of ``--dataset``; written
+    as a dir that optimum-intel (and OpenVINO GenAI's TextEmbeddingPipeline) loads."""
+    _check_encoder_arguments(args)
+    model = workflows.read_model(source.xml)
+    dataset = _encoder_dataset(args, source, model, timer) if args.dataset is not None else None
+    recipe = encoders.recipe_for(options, calibrated=dataset is not None)
+    options = encoders.with_recipe(options, recipe)
+    described = _describe_options(options, dataset is not None)
+    if recipe is not None:
+        how = "" if dataset is not None else " (--dataset TEXT_FILE calibrates it on lines of a text)"
+        _info(f"Encoder: an encoder cannot generate its calibration text; the encoder recipe is {recipe.name}{how}")
+    _info(f"Compressing {source.xml} ({described})")
+    compress_start = time.perf_counter()
+    model = workflows.compress_timed(model, options, dataset, timer)
+    compress_seconds = time.perf_counter() - compress_start
+    record = _compress_record(args, options, compress_seconds)
+    record["encoder"] = {
+        "recipe": recipe.name if recipe is not None else None,
+        "task": source.export.task if source.export is not None else None,
+        "library": source.export.library if source.export is not None else None,
+        "calibration_lines": sum(1 for _ in dataset.get_data()) if dataset is not None else 0,
+    }
+    tokenizer_dir = args.tokenizer or source.files_dir
+    copied = workflows.save_model_dir(
+        model, args.out, source.files_dir, record, tokenizer_dir=tokenizer_dir, log=_info, timer=timer
+    )
+    _info(f"phases: {timer.summary()}")
+    _out(f"Wrote {args.out / workflows.MODEL_XML} (encoder: {described})")
+    if copied:
+        _out(f"Copied from the source: {', '.join(copied)}")
+    _out(f"Load it with: {encoders.loader_hint(model)}")
+    _out(f"Total: {time.perf_counter() - start:.1f} s (compression {compress_seconds:.1f} s)")
+    return 0
+
+
+def _encoder_dataset(args: argparse.Namespace, source: workflows.SourceModel, model: Any, timer: StepTimer) -> Any:
+    """``--dataset`` for an encoder: random lines of the text, each tokenized alone as one input."""
+    tokenizer_dir = args.tokenizer or source.files_dir
+    if tokenizer_dir is None:
+        raise UsageError("--dataset needs the model's tokenizer: pass --tokenizer DIR")
+    _info(f"Calibration data: {args.subset_size} random lines of {args.dataset}, each one encoder input")
+    with timer.step(CALIBRATION_DATA_PHASE):
+        return encoders.calibration_dataset(tokenizer_dir, args.dataset, args.subset_size, model, source.files_dir)
+
+
+def _check_encoder_arguments(args: argparse.Namespace) -> None:
+    """The options that need generated text, refused for an encoder (it cannot generate)."""
+    if args.dataset is None and args.scale_estimation:
+        raise UsageError("--scale-estimation needs calibration data; an encoder cannot generate it: add --dataset")
+    if args.dataset is None and args.token_rows:
+        raise UsageError("--token-rows needs calibration data; an encoder cannot generate it: add --dataset")
+    if args.self_prompt_text is not None:
+        raise UsageError("--self-prompt-text steers self-calibration, which an encoder cannot do (it cannot generate)")
 
 
 def run_compress_torch(args: argparse.Namespace, options: CompressionOptions) -> int:
@@ -537,6 +629,10 @@ def run_evaluate(args: argparse.Namespace) -> int:
     tokenizer_dir = args.tokenizer or (reference if reference.is_dir() else reference.parent)
     if args.png is not None:
         workflows.require_matplotlib()
+    if encoders.is_encoder(workflows.read_model(reference)):
+        return _evaluate_encoders(args, reference, candidates, text, tokenizer_dir)
+    if args.lines is not None:
+        raise UsageError("--lines applies to encoders; the reference is an LLM, evaluated on token windows (--windows)")
     timer = StepTimer(_info)
     warnings: list[str] = []
 
@@ -567,6 +663,44 @@ def run_evaluate(args: argparse.Namespace) -> int:
     if args.png is not None:
         title = f"{args.windows} x {args.window_size}-token windows of {text.name}, reference {args.reference_name}"
         _out(f"PNG: {workflows.write_png(args.png, results, title, args.reference_name)}")
+    return 0
+
+
+def _evaluate_encoders(
+    args: argparse.Namespace, reference: Path, candidates: dict[str, Path], text: Path, tokenizer_dir: Path
+) -> int:
+    """``evaluate`` of encoders: the cosine of each line's embedding with the reference's (mean, minimum) and the
+    nearest-neighbour agreement; table, JSON and PNG."""
+    n_lines = encoders.DEFAULT_LINES if args.lines is None else args.lines
+    if n_lines < 2:
+        raise UsageError(f"--lines must be at least 2 (a line's nearest neighbour is among the others), got {n_lines}")
+    timer = StepTimer(_info)
+    results, pooling = encoders.evaluate_against(
+        reference, candidates, tokenizer_dir, text, n_lines, args.reference_name, timer
+    )
+    _info(f"phases: {timer.summary()}")
+    _out(workflows.format_table(results, columns=encoders.ENCODER_COLUMNS))
+    _out(
+        f"Encoders: embeddings of the first {n_lines} lines of {text.name} ({pooling}); NN agree: the share of lines "
+        "whose nearest other line (cosine) is the reference's"
+    )
+    record = {
+        "reference": args.reference_name,
+        "kind": "encoder",
+        "models": {args.reference_name: str(reference), **{n: str(p) for n, p in candidates.items()}},
+        "text": str(text),
+        "lines": n_lines,
+        "pooling": pooling,
+        "results": results,
+        "phase_seconds": timer.seconds,
+        "versions": workflows.versions(),
+    }
+    if args.json is not None:
+        _out(f"JSON: {workflows.write_json(args.json, record)}")
+    if args.png is not None:
+        title = f"embeddings of {n_lines} lines of {text.name}, reference {args.reference_name}"
+        png = workflows.write_png(args.png, results, title, args.reference_name, encoders.ENCODER_CHARTS)
+        _out(f"PNG: {png}")
     return 0
 
 

@@ -369,14 +369,14 @@ def mean_pooled(
     out: list[np.ndarray] = []
     for lo in range(0, len(lines), batch_size):
         batch = tokenizer(list(lines[lo : lo + batch_size]), padding=True, truncation=True, return_tensors="np")
-        inputs = _encoder_inputs(batch, names)
+        inputs = encoder_inputs(batch, names)
         hidden = np.asarray(encoder(inputs)[encoder.output(0)], dtype=np.float64)
         mask = inputs["attention_mask"][..., None].astype(np.float64)
         out.append((hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9))
     return np.concatenate(out)
 
 
-def _encoder_inputs(batch: Mapping[str, Any], names: set[str]) -> dict[str, np.ndarray]:
+def encoder_inputs(batch: Mapping[str, Any], names: set[str]) -> dict[str, np.ndarray]:
     """The tokenizer's arrays the encoder takes, plus all-zero ``token_type_ids`` when it wants them but got none."""
     inputs = {k: np.asarray(v, dtype=np.int64) for k, v in batch.items() if k in names}
     if "token_type_ids" in names and "token_type_ids" not in inputs:
@@ -399,6 +399,119 @@ def embedding_cosine(
     cand = mean_pooled(compile_model(candidate_encoder, ENCODER_CONFIG), tokenizer, texts)
     cos = (ref * cand).sum(axis=1) / (np.linalg.norm(ref, axis=1) * np.linalg.norm(cand, axis=1))
     return float(cos.mean())
+
+
+#: The most tokens of a line an encoder sees (longer lines are truncated), unless its tokenizer or config allow fewer.
+ENCODER_MAX_TOKENS = 512
+#: The output of a sentence-transformers export that holds its own pooled (and Dense / Normalize) embedding.
+SENTENCE_EMBEDDING = "sentence_embedding"
+
+
+def encoder_max_length(tokenizer: PreTrainedTokenizerBase, files_dir: str | Path | None = None) -> int:
+    """Tokens per line for an encoder: ``ENCODER_MAX_TOKENS``, the tokenizer's ``model_max_length`` and the
+    ``max_position_embeddings`` of the ``config.json`` in ``files_dir``, whichever is least."""
+    import json
+
+    limits = [ENCODER_MAX_TOKENS, int(min(tokenizer.model_max_length, 1 << 30))]
+    config = Path(files_dir) / "config.json" if files_dir is not None else None
+    if config is not None and config.is_file():
+        positions = json.loads(config.read_text()).get("max_position_embeddings")
+        if isinstance(positions, int) and positions > 0:
+            limits.append(positions)
+    return min(limits)
+
+
+def encoder_pooling(encoder: Any) -> str:
+    """How ``pooled_embeddings`` pools ``encoder``'s outputs: its own ``sentence_embedding`` output (a
+    sentence-transformers export), or the attention-mask mean of its first output."""
+    names = {name for port in encoder.outputs for name in port.get_names()}
+    return f"the model's {SENTENCE_EMBEDDING} output" if SENTENCE_EMBEDDING in names else "mean of the first output"
+
+
+def pooled_embeddings(
+    encoder: Any, tokenizer: PreTrainedTokenizerBase, lines: Sequence[str], max_length: int = ENCODER_MAX_TOKENS
+) -> np.ndarray:
+    """The embedding of each line, float64 ``[len(lines), dim]``, one line per request (no padding): the model's
+    ``sentence_embedding`` output when it has one, else the mean of its first output over the tokens."""
+    names = {port.any_name for port in encoder.inputs}
+    own = SENTENCE_EMBEDDING in {name for port in encoder.outputs for name in port.get_names()}
+    rows: list[np.ndarray] = []
+    for line in lines:
+        batch = tokenizer([line], truncation=True, max_length=max_length, return_tensors="np")
+        inputs = encoder_inputs(batch, names)
+        outputs = encoder(inputs)
+        if own:
+            rows.append(np.asarray(outputs[encoder.output(SENTENCE_EMBEDDING)], dtype=np.float64)[0])
+        else:
+            rows.append(np.asarray(outputs[encoder.output(0)], dtype=np.float64)[0].mean(axis=0))
+    return np.stack(rows)
+
+
+def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The cosine similarity of each row of ``a`` with the same row of ``b``."""
+    return (a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+def nearest_neighbours(embeddings: np.ndarray) -> np.ndarray:
+    """For each row, the index of the most cosine-similar other row (a line's nearest neighbour among the others)."""
+    unit = embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True)
+    similarity = unit @ unit.T
+    np.fill_diagonal(similarity, -np.inf)
+    return similarity.argmax(axis=1)
+
+
+def evaluate_encoders(
+    reference: ModelLike,
+    candidates: Mapping[str, ModelLike],
+    tokenizer: PreTrainedTokenizerBase,
+    lines: Sequence[str],
+    reference_name: str = "fp",
+    max_length: int = ENCODER_MAX_TOKENS,
+) -> dict[str, Metrics]:
+    """Every encoder's embeddings of ``lines`` against the reference's: mean and minimum cosine, and the share of
+    lines whose nearest neighbour among the other lines (cosine) is the one the reference picks (a retrieval-style
+    agreement). Returns ``{name: {"cosine", "cosine_min", "neighbour_agreement", "seconds"}}`` with the reference
+    under ``reference_name`` (1, 1, 1 by construction); ``seconds``: that model's inference time."""
+    if reference_name in candidates:
+        msg = f"candidate name {reference_name!r} is reserved for the reference"
+        raise ValueError(msg)
+    if len(lines) < 2:
+        msg = f"the neighbour agreement needs at least 2 lines, got {len(lines)}"
+        raise ValueError(msg)
+    results: dict[str, Metrics] = {}
+    reference_embeddings: np.ndarray | None = None
+    for name, model in {reference_name: reference, **candidates}.items():
+        compiled = compile_model(model, ENCODER_CONFIG)
+        start = time.perf_counter()
+        embeddings = pooled_embeddings(compiled, tokenizer, lines, max_length)
+        seconds = time.perf_counter() - start
+        if reference_embeddings is None:
+            reference_embeddings = embeddings
+        cosines = cosine_rows(reference_embeddings, embeddings)
+        agreement = nearest_neighbours(embeddings) == nearest_neighbours(reference_embeddings)
+        results[name] = {
+            "cosine": float(cosines.mean()),
+            "cosine_min": float(cosines.min()),
+            "neighbour_agreement": float(agreement.mean()),
+            "seconds": seconds,
+        }
+        nncf_logger.info(f"{name}: cosine={cosines.mean():.5f} min={cosines.min():.5f} nn={agreement.mean():.4f}")
+    return results
+
+
+def encoder_calibration_samples(
+    tokenizer: PreTrainedTokenizerBase,
+    lines: Sequence[str],
+    input_names: set[str],
+    max_length: int = CALIBRATION_SEQ_LEN,
+) -> list[dict[str, np.ndarray]]:
+    """One encoder input per line (batch 1, at most ``max_length`` tokens): the tokenizer's arrays the encoder
+    takes (``encoder_inputs``), ready for ``nncf.Dataset``."""
+    samples = []
+    for line in lines:
+        batch = tokenizer([line], truncation=True, max_length=max_length, return_tensors="np")
+        samples.append(encoder_inputs(batch, input_names))
+    return samples
 
 
 def load_tokenizer(model_dir: str | Path) -> PreTrainedTokenizerBase:

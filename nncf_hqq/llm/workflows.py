@@ -46,6 +46,7 @@ from nncf_hqq.self_calibration import SelfCalibration
 from nncf_hqq.self_calibration import check_generative
 from nncf_hqq.self_calibration import generate_sequences
 from nncf_hqq.self_calibration import self_calibration_dataset
+from nncf_hqq.self_calibration import self_calibration_subset_size
 
 #: The ``--mode`` choices: the modes HQQ handles (``nncf_hqq.hqq.SUPPORTED_MODES``) by NNCF's names, and the
 #: asymmetric low-bit modes only HQQ writes (``nncf_hqq.LowBitMode``).
@@ -88,6 +89,7 @@ class CompressionOptions:
     :param zero_point: ``"float"`` or ``"int"`` (HQQ's zero-point format); ``None`` keeps ``HQQ_DEFAULT``'s.
     :param token_rows: HQQ's ``calibration_token_rows`` (0: ``HQQ_DEFAULT``'s, NNCF's per-sample means).
     :param self_calibration: calibrate on text the model generates (used when no dataset is given).
+    :param hqq_base: HQQ's parameters before ``zero_point`` and ``token_rows`` apply (None: ``HQQ_DEFAULT``).
     """
 
     mode: str = "int4_asym"
@@ -103,16 +105,17 @@ class CompressionOptions:
     quantize_routers: bool = False
     self_calibration: SelfCalibration | None = None
     token_rows: int = 0
+    hqq_base: HQQParameters | None = None
 
     def hqq_params(self) -> HQQParameters | None:
-        """``HQQ_DEFAULT`` with the requested zero-point format and token rows, or None (HQQ_DEFAULT itself / no
-        HQQ)."""
+        """``hqq_base`` (``HQQ_DEFAULT``) with the requested zero-point format and token rows, or None (HQQ_DEFAULT
+        itself / no HQQ)."""
         if not self.hqq or (self.zero_point is None and self.token_rows == 0):
-            return None
+            return self.hqq_base if self.hqq else None
         changes: dict[str, Any] = {"calibration_token_rows": self.token_rows}
         if self.zero_point is not None:
             changes["zero_point_format"] = ZERO_POINT_FORMATS[self.zero_point]
-        return HQQ_DEFAULT.replace(**changes)
+        return (self.hqq_base or HQQ_DEFAULT).replace(**changes)
 
     def ignored_scope(self, model: ov.Model) -> nncf.IgnoredScope | None:
         """The layers kept in float: ``ignore`` (regular expressions over layer names) and, unless
@@ -135,7 +138,11 @@ class CompressionOptions:
             "awq": True if self.awq else None,
             "scale_estimation": True if self.scale_estimation else None,
             "dataset": dataset if dataset is not None else self.self_calibration,
-            "subset_size": self.subset_size,
+            "subset_size": (
+                self_calibration_subset_size(self.subset_size, self.self_calibration)
+                if self.self_calibration is not None
+                else self.subset_size
+            ),
             "hqq": self.hqq,
             "hqq_params": self.hqq_params(),
         }
@@ -660,19 +667,30 @@ def model_files_dir(model: evaluation.ModelLike) -> Path | None:
     return path.parent if path.suffix == ".xml" else path
 
 
+#: A metric column of ``format_table``: the metric's key, its header, the column's width and its number format.
+Column = tuple[str, str, int, str]
+#: The columns of the LLM metrics (``evaluation.evaluate_llms``).
+LLM_COLUMNS: tuple[Column, ...] = (("ppl", "PPL", 10, ".3f"), ("kl", "KL", 10, ".5f"), ("top1", "top-1", 9, ".4f"))
+
+
 def format_table(
-    results: Mapping[str, Mapping[str, float]], extra: Mapping[str, Mapping[str, float]] | None = None
+    results: Mapping[str, Mapping[str, float]],
+    extra: Mapping[str, Mapping[str, float]] | None = None,
+    columns: Sequence[Column] = LLM_COLUMNS,
 ) -> str:
-    """A fixed-width text table: one row per model, PPL / KL / top-1 (and ``extra`` columns, e.g. compress s)."""
+    """A fixed-width text table: one row per model, PPL / KL / top-1 (or other ``columns``) and ``extra`` columns
+    (e.g. compress s)."""
     extra = extra or {}
     extra_columns = sorted({column for row in extra.values() for column in row})
     width = max([len("model"), *(len(name) for name in results)]) + 2
-    header = f"{'model':<{width}}{'PPL':>10}{'KL':>10}{'top-1':>9}" + "".join(f"{c:>14}" for c in extra_columns)
+    header = f"{'model':<{width}}" + "".join(f"{title:>{w}}" for _, title, w, _ in columns)
+    header += "".join(f"{c:>14}" for c in extra_columns)
     lines = [header, "-" * len(header)]
     for name, m in results.items():
         values = [extra.get(name, {}).get(column) for column in extra_columns]
         cells = "".join(f"{'-':>14}" if v is None else f"{v:>14.1f}" for v in values)
-        lines.append(f"{name:<{width}}{m['ppl']:>10.3f}{m['kl']:>10.5f}{m['top1']:>9.4f}{cells}")
+        metrics = "".join(f"{m[key]:>{w}{fmt}}" for key, _, w, fmt in columns)
+        lines.append(f"{name:<{width}}{metrics}{cells}")
     return "\n".join(lines)
 
 
@@ -691,26 +709,42 @@ def require_matplotlib() -> None:
         raise RuntimeError(msg) from err
 
 
-def write_png(path: Path, results: Mapping[str, Mapping[str, float]], title: str, reference: str = "fp") -> Path:
-    """A bar chart (Agg backend, no display needed): perplexity, KL vs the reference and top-1 agreement."""
+#: The charts of ``write_png`` for the LLM metrics: metric key -> title.
+LLM_CHARTS: dict[str, str] = {
+    "ppl": "perplexity (lower is better)",
+    "kl": "KL vs reference (lower)",
+    "top1": "top-1 agreement",
+}
+#: Metrics whose best value is 1 (the reference's): their axes end just above 1.
+AGREEMENT_METRICS = frozenset({"top1", "cosine", "cosine_min", "neighbour_agreement"})
+
+
+def write_png(
+    path: Path,
+    results: Mapping[str, Mapping[str, float]],
+    title: str,
+    reference: str = "fp",
+    charts: Mapping[str, str] = LLM_CHARTS,
+) -> Path:
+    """A bar chart (Agg backend, no display needed) per metric of ``charts``: by default perplexity, KL vs the
+    reference and top-1 agreement."""
     require_matplotlib()
     from matplotlib.figure import Figure
 
     names = list(results)
     colors = ["0.6" if name == reference else f"C{i % 10}" for i, name in enumerate(names)]
     figure = Figure(figsize=(max(9.0, 3.0 + 1.6 * len(names)), 4.2), layout="constrained")
-    axes = figure.subplots(1, 3)
-    labels = {"ppl": "perplexity (lower is better)", "kl": "KL vs reference (lower)", "top1": "top-1 agreement"}
-    for ax, metric in zip(axes, METRICS, strict=True):
+    axes = figure.subplots(1, len(charts))
+    for ax, (metric, label) in zip(axes, charts.items(), strict=True):
         values = [results[name][metric] for name in names]
         bars = ax.bar(range(len(names)), values, color=colors)
         ax.bar_label(bars, fmt="%.4g", fontsize=7)
         ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
-        ax.set_title(labels[metric], fontsize=9)
+        ax.set_title(label, fontsize=9)
         if metric == "ppl":
             low, high = min(values), max(values)
             ax.set_ylim(low - 0.15 * (high - low + 1e-9) if low > 0 else 0, high + 0.1 * (high - low + 1e-9))
-        if metric == "top1":
+        if metric in AGREEMENT_METRICS:
             ax.set_ylim(min(values) - 0.05 * (1 - min(values) + 1e-3), 1.0 + 0.03 * (1 - min(values) + 1e-3))
     figure.suptitle(title, fontsize=10)
     path.parent.mkdir(parents=True, exist_ok=True)
