@@ -296,6 +296,23 @@ def test_the_command_line_says_an_encoder_is_compressed_data_free() -> None:
     assert obstacle is not None and "cannot generate" in obstacle and "--dataset" in obstacle
 
 
+def test_the_command_lines_self_calibrated_compression_logs_no_small_dataset_warning(
+    tiny_llm: tuple[Path, Any],  # noqa: F811
+) -> None:
+    """``nncf-hqq compress`` generates the text itself (``compress_timed``) and passes it as an ``nncf.Dataset``:
+    its default ``subset_size`` follows the generated sequences there too."""
+    from nncf_hqq.llm import workflows
+    from nncf_hqq.llm.timing import StepTimer
+
+    options = workflows.CompressionOptions(group_size=32, awq=True, scale_estimation=True, self_calibration=TINY)
+    assert options.nncf_kwargs()["subset_size"] == TINY.num_samples
+    assert workflows.CompressionOptions(subset_size=2, self_calibration=TINY).nncf_kwargs()["subset_size"] == 2
+    with nncf_warnings() as warnings:
+        compressed = workflows.compress_timed(_tiny_model(tiny_llm), options, timer=StepTimer(lambda _: None))
+    assert "u4" in _compressed_types(compressed)
+    assert not [w for w in warnings if SMALL_DATASET_WARNING in w]
+
+
 @pytest.mark.parametrize(
     ("files", "expected"),
     [
