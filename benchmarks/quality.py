@@ -437,9 +437,9 @@ def evaluate_sequentially(
 
 def print_table(results: dict[str, dict[str, float]], times: dict[str, float]) -> None:
     metrics = [k for k in ("ppl", "kl", "top1", "cosine", "cosine_min") if k in next(iter(results.values()))]
-    print(f"{'row':<24}" + "".join(f"{m:>10}" for m in metrics) + f"{'compress s':>12}")
+    print(f"{'row':<24}" + "".join(f"{m:>11}" for m in metrics) + f"{'compress s':>12}")
     for name, values in results.items():
-        cells = "".join(f"{values[m]:>10.4f}" for m in metrics)
+        cells = "".join(f"{values[m]:>11.4f}" for m in metrics)
         print(f"{name:<24}{cells}{times.get(name, 0.0):>12.1f}")
 
 
