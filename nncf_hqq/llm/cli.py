@@ -564,17 +564,39 @@ def _dataset(args: argparse.Namespace, source: workflows.SourceModel) -> Any:
 
 
 def _describe_options(options: CompressionOptions, data_aware: bool) -> str:
+    """The options that shape the written model, in one line (``Compressing ... (...)``, ``Wrote ... (...)``):
+    every option given that changes the result, and the calibration data (``data_aware``: a ``--dataset``)."""
     parts = [options.mode, f"group size {options.group_size}" if options.group_size else "NNCF's default group size"]
     if options.ratio is not None:
         parts.append(f"ratio {options.ratio}")
-    if options.self_calibration is not None and not data_aware:
-        parts.append(f"self-calibrated on {options.self_calibration.num_samples} generated sequences")
-        data_aware = True
+    if options.backup_mode is not None:
+        parts.append(f"backup mode {options.backup_mode}")
+    generated = options.self_calibration if not data_aware else None
+    subset_size = options.nncf_kwargs()["subset_size"]  # what NNCF gets: self-calibrated, the sequences' number
+    if data_aware:
+        parts.append(f"calibrated on {subset_size} samples of --dataset")
+    elif generated is not None:
+        steered = " continuing --self-prompt-text" if generated.prompt_token_ids is not None else ""
+        parts.append(f"self-calibrated on {generated.num_samples} generated sequences{steered}")
+        if subset_size < generated.num_samples:
+            parts.append(f"subset size {subset_size}")
     if options.awq:
-        parts.append("AWQ" if data_aware else "data-free AWQ")
+        parts.append("AWQ" if data_aware or generated is not None else "data-free AWQ")
     if options.scale_estimation:
         parts.append("Scale Estimation")
-    parts.append(f"HQQ ({options.zero_point or 'default'} zero point)" if options.hqq else "RTN (no HQQ)")
+    if options.hqq:
+        hqq = [f"{options.zero_point or 'default'} zero point"]
+        if options.token_rows:
+            hqq.append(f"{options.token_rows} token rows per sample")
+        if options.hqq_base is not None:
+            hqq.append("the recipe's parameters")
+        parts.append(f"HQQ ({', '.join(hqq)})")
+    else:
+        parts.append("RTN (no HQQ)")
+    if options.ignore:
+        parts.append("kept in float: " + " ".join(f"'{pattern}'" for pattern in options.ignore))
+    if options.quantize_routers:
+        parts.append("MoE routers compressed")
     return ", ".join(parts)
 
 
