@@ -32,8 +32,9 @@ TEMPLATE = Path(__file__).resolve().parent / "templates" / "test_hqq_compression
 TEST_TARGET = Path("tests/openvino/native/quantization/test_hqq_compression.py")
 MARKER = ".nncf_hqq_build"
 EXPECTED_NNCF = "3.4.0"
-RUNTIME_PATCH_DOC = '''"""The runtime replacement of the OpenVINO writer's encoder that ``hqq_openvino.backend.codes_kept`` uses
-while it writes HQQ's precomputed codes (so that NNCF's writer does not encode the weight again).
+RUNTIME_PATCH_DOC = '''"""The runtime replacement of the OpenVINO writer's encoder that
+``hqq_openvino.backend.codes_kept`` uses while it writes HQQ's precomputed codes (so that NNCF's writer does not
+encode the weight again).
 
 Extracted from ``nncf_hqq/_nncf.py`` by upstream/build.py. A known gap of this patch: NNCF's writer would instead
 take precomputed codes as they are (docs/upstreaming.md).
@@ -134,8 +135,8 @@ def compile_all(paths: list[Path]) -> None:
 
 def unified_diff(pristine: Path, patched: Path) -> str:
     """``diff -ruN``-style unified diff of two trees, each holding ``nncf/``: changed and added files only."""
-    old_files = {p.relative_to(pristine) for p in pristine.rglob("*.py")}
-    new_files = {p.relative_to(patched) for p in patched.rglob("*.py")}
+    old_files = {p.relative_to(pristine) for p in (pristine / "nncf").rglob("*.py")}
+    new_files = {p.relative_to(patched) for p in (patched / "nncf").rglob("*.py")}
     if old_files - new_files:
         msg = f"the build removed NNCF files: {sorted(map(str, old_files - new_files))}"
         raise BuildError(msg)

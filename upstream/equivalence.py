@@ -1,0 +1,153 @@
+"""The same compressions through the patched NNCF and through ``nncf_hqq``, to compare what they write.
+
+``python upstream/equivalence.py OUT.npz`` (with the build's ``DEST`` first on ``PYTHONPATH`` and this repository
+after it, for ``tests/ov_models.py``) compresses the ``CASES`` with the patched ``nncf.compress_weights`` while
+any import of ``nncf_hqq`` fails, and saves every model's constants (codes, scales, zero points, in graph order)
+and, for the cases without HQQ, the serialized model. ``tests/test_upstream.py`` compares them with what
+``nncf_hqq`` (and plain NNCF) write in its own process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.abc
+import re
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+#: The token rows of the data-aware case (small, to stay fast).
+TOKEN_ROWS = 8
+_AUTO_NAME = re.compile(r'((?:name|friendly_name)="[A-Za-z]+)_\d+"')
+
+
+@dataclass(frozen=True)
+class Case:
+    """One compression: NNCF's arguments, whether HQQ is on, HQQ's token rows, the model's MoE block."""
+
+    name: str
+    hqq: bool
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    data_aware: bool = False
+    token_rows: int = 0
+    moe: bool = True
+
+
+CASES = (
+    Case("hqq_int4_asym_g64", True),
+    Case("hqq_awq_se_token_rows", True, {"awq": True, "scale_estimation": True}, True, TOKEN_ROWS, moe=False),
+    Case("int4_asym_g64", False),
+    Case("int4_asym_awq_se", False, {"awq": True, "scale_estimation": True}, True, moe=False),
+)
+
+
+def nncf_arguments(case: Case) -> dict[str, Any]:
+    """NNCF's keyword arguments of a case (INT4_ASYM, group size 64 unless the case says otherwise)."""
+    import nncf
+
+    from tests.ov_models import input_ids
+
+    arguments: dict[str, Any] = {"mode": "INT4_ASYM", "group_size": 64, **case.kwargs}
+    arguments["mode"] = nncf.CompressWeightsMode[arguments["mode"]]
+    if case.data_aware:
+        arguments["dataset"] = nncf.Dataset([input_ids(seed, 24) for seed in range(6)])
+    return arguments
+
+
+def model_of(case: Case) -> Any:
+    from tests.ov_models import transformer_like
+
+    return transformer_like(seed=3, moe=case.moe)
+
+
+def compress_patched(case: Case) -> Any:
+    """The case through the patched ``nncf.compress_weights`` (``hqq`` and ``advanced_parameters.hqq_params``)."""
+    import nncf
+    from nncf.quantization.advanced_parameters import AdvancedCompressionParameters
+    from nncf.quantization.advanced_parameters import AdvancedHQQParameters
+
+    arguments = nncf_arguments(case)
+    if case.token_rows:
+        hqq_params = AdvancedHQQParameters(calibration_token_rows=case.token_rows)
+        arguments["advanced_parameters"] = AdvancedCompressionParameters(hqq_params=hqq_params)
+    if case.hqq:
+        arguments["hqq"] = True
+    return nncf.compress_weights(model_of(case), **arguments)
+
+
+def compress_reference(case: Case) -> Any:
+    """The case through ``nncf_hqq`` (HQQ) or through NNCF's own ``compress_weights`` (no HQQ)."""
+    import nncf_hqq
+    from nncf_hqq import _nncf
+
+    arguments = nncf_arguments(case)
+    if not case.hqq:
+        return _nncf.original_compress_weights(model_of(case), **arguments)
+    if case.token_rows:
+        arguments["hqq_params"] = nncf_hqq.HQQParameters(calibration_token_rows=case.token_rows)
+    return nncf_hqq.compress_weights(model_of(case), hqq=True, **arguments)
+
+
+def constants(model: Any) -> dict[str, np.ndarray]:
+    """Every constant of the model in graph order, as its bytes, keyed ``index:element type:shape``."""
+    found: dict[str, np.ndarray] = {}
+    for op in model.get_ordered_ops():
+        if op.get_type_name() != "Constant":
+            continue
+        key = f"{len(found)}:{op.get_element_type().get_type_name()}:{tuple(op.get_output_shape(0))}"
+        found[key] = np.frombuffer(op.get_data().tobytes(), dtype=np.uint8).copy()
+    return found
+
+
+def serialized(model: Any) -> str:
+    """The model's XML (auto-generated names made neutral) and its weights' bytes as one comparable text."""
+    import openvino as ov
+
+    with tempfile.TemporaryDirectory() as tmp:
+        xml = Path(tmp) / "model.xml"
+        ov.save_model(model, xml, compress_to_fp16=False)
+        text = _AUTO_NAME.sub(r'\1_N"', xml.read_text())
+        return text + xml.with_suffix(".bin").read_bytes().hex()
+
+
+def results(model: Any, case: Case) -> dict[str, np.ndarray]:
+    """What the comparison reads of one compressed model, keyed ``case/...``."""
+    found = {f"{case.name}/{key}": value for key, value in constants(model).items()}
+    if not case.hqq:
+        found[f"{case.name}/serialized"] = np.array(serialized(model))
+    return found
+
+
+class _ForbidNNCFHQQ(importlib.abc.MetaPathFinder):
+    """Makes any import of ``nncf_hqq`` fail, so that the patched NNCF is shown to work on its own."""
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> None:
+        if fullname.split(".")[0] == "nncf_hqq":
+            msg = f"{fullname} must not be imported with the patched NNCF"
+            raise ImportError(msg)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Compress the CASES with the patched NNCF; save what it wrote.")
+    parser.add_argument("out", type=Path, help="the .npz file to write")
+    args = parser.parse_args(argv)
+    sys.meta_path.insert(0, _ForbidNNCFHQQ())
+    import nncf
+
+    saved: dict[str, np.ndarray] = {"nncf_file": np.array(str(Path(nncf.__file__).resolve()))}
+    for case in CASES:
+        saved.update(results(compress_patched(case), case))
+    loaded = sorted(name for name in sys.modules if name.split(".")[0] == "nncf_hqq")
+    saved["nncf_hqq_modules"] = np.array(loaded, dtype=str)
+    np.savez(args.out, **saved)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
