@@ -1,0 +1,224 @@
+"""OpenVINO GenAI inference of the zero-point formats: time to first token (TTFT), time per output token (TPOT) and
+peak memory through ``openvino_genai.LLMPipeline``, with the CPU's model and instruction sets recorded.
+
+Variants (from ``benchmarks/inference.py``, every one compressed from the same f16 IR): ``rtn`` (NNCF's INT4_ASYM,
+u4 zero points), ``hqq_float`` (``hqq=True``: f16 zero points), ``hqq_split`` (``zero_point_format="split"``) and
+``hqq_int`` (``zero_point_format="integer"``). Models: SmolLM2-135M (g64) and the Qwen2.5-1.5B-shaped model (g128),
+ratio 1, ``backup_mode=NONE``. Each variant is written as a GenAI model dir (model IR, tokenizer and detokenizer IRs,
+config files).
+
+Latency: every variant's ``LLMPipeline`` is loaded in one process; in each round the variants take turns, one
+generation each (a fixed prompt, greedy, ``--new-tokens`` tokens with ``ignore_eos``). Reported: median TTFT and TPOT
+over rounds, and the median over rounds of each round's ratio to ``rtn``. Memory: each variant loaded and run once in
+a fresh child process; its peak RSS.
+
+    python benchmarks/genai_inference.py --models smollm2,qwen --out results/genai.json
+    python benchmarks/genai_inference.py --models smollm2 --rounds 3 --new-tokens 16     # smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import openvino as ov
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import inference  # benchmarks/inference.py: the variants and how they are compressed
+
+VARIANTS = ("rtn", "hqq_float", "hqq_split", "hqq_int")
+MODELS = ("smollm2", "qwen")
+PROBE_FLAG = "--_memory-probe"
+#: CPU flags (``/proc/cpuinfo``) that decide which int8 / bf16 kernels the CPU plugin can use.
+ISA_FLAGS = ("amx_tile", "amx_int8", "amx_bf16", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "avx2")
+PROMPT = (
+    "The history of the printing press begins in the fifteenth century, when movable type made books cheaper and "
+    "faster to produce than ever before. Within a few decades presses were working in most of the large cities of "
+    "Europe, and the number of books in circulation grew from thousands to millions. Scholars, merchants and "
+    "churches all used the new technology, and it changed how knowledge was shared, how languages were written and "
+    "how news travelled. Describe in detail how"
+)
+
+
+def cpu_record() -> dict[str, Any]:
+    """The CPU model, its instruction-set flags that matter for OpenVINO's CPU kernels, and the plugin's view."""
+    model, flags = platform.processor(), set()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+    core = ov.Core()
+    return {
+        "model": model,
+        "isa": {flag: flag in flags for flag in ISA_FLAGS},
+        "openvino_capabilities": list(core.get_property("CPU", "OPTIMIZATION_CAPABILITIES")),
+        "openvino_cpu_name": core.get_property("CPU", "FULL_DEVICE_NAME"),
+        "logical_cpus": len(core.get_property("CPU", "AVAILABLE_DEVICES") or []) or None,
+    }
+
+
+def cpu_kind(record: dict[str, Any]) -> str:
+    """A short name of the CPU's kind: which of AMX, AVX-512 (VNNI) and AVX2 it has."""
+    isa = record["isa"]
+    if isa["amx_int8"] or isa["amx_tile"]:
+        return "AMX"
+    if isa["avx512_vnni"]:
+        return "AVX-512 VNNI, no AMX"
+    return "AVX2" if isa["avx2"] else "other"
+
+
+def write_genai_dir(spec: inference.ModelSpec, variant: str, workdir: Path, files_dir: Path) -> Path:
+    """The variant of ``spec`` as a GenAI model dir (IR, tokenizer IRs, config files); built once, then reused."""
+    from nncf_hqq.llm import workflows
+
+    out = workdir / spec.name / variant
+    if (out / workflows.MODEL_XML).is_file() and (out / workflows.DETOKENIZER_XML).is_file():
+        return out
+    source = inference.f16_source(spec, workdir)
+    model = inference.compress(source, spec, inference.VARIANTS[variant])
+    workflows.save_model_dir(model, out, files_dir)
+    workflows.write_openvino_tokenizers(files_dir, out, with_detokenizer=True)
+    return out
+
+
+def source_files_dir(name: str) -> Path:
+    from nncf_hqq.llm import models
+
+    return models.smollm2_ov_dir() if name == "smollm2" else models.qwen_ov_dir()
+
+
+def pipeline(model_dir: Path) -> Any:
+    import openvino_genai
+
+    return openvino_genai.LLMPipeline(str(model_dir), "CPU", **inference.cpu_config("default"))
+
+
+def generate_once(pipe: Any, new_tokens: int) -> tuple[float, float]:
+    """TTFT and TPOT (ms) of one greedy generation of ``new_tokens`` tokens from ``PROMPT``."""
+    import openvino_genai
+
+    config = openvino_genai.GenerationConfig()
+    config.max_new_tokens = new_tokens
+    config.min_new_tokens = new_tokens
+    config.ignore_eos = True
+    result = pipe.generate([PROMPT], config)
+    metrics = result.perf_metrics
+    return float(metrics.get_ttft().mean), float(metrics.get_tpot().mean)
+
+
+def measure_latency(dirs: dict[str, Path], rounds: int, new_tokens: int) -> dict[str, Any]:
+    """Interleaved rounds over the variants' pipelines (one process); medians and per-round ratios to ``rtn``."""
+    pipes = {name: pipeline(path) for name, path in dirs.items()}
+    for pipe in pipes.values():  # warm-up
+        generate_once(pipe, 4)
+    samples: dict[str, list[tuple[float, float]]] = {name: [] for name in pipes}
+    for index in range(rounds):
+        for name, pipe in pipes.items():
+            samples[name].append(generate_once(pipe, new_tokens))
+        print(f"    round {index + 1}/{rounds}: " + ", ".join(f"{n} {s[-1][1]:.1f}" for n, s in samples.items()))
+    result: dict[str, Any] = {}
+    for name, values in samples.items():
+        ratios = [(v[0] / r[0], v[1] / r[1]) for v, r in zip(values, samples["rtn"], strict=True)]
+        result[name] = {
+            "ttft_ms": statistics.median(v[0] for v in values),
+            "tpot_ms": statistics.median(v[1] for v in values),
+            "ttft_ratio": statistics.median(r[0] for r in ratios),
+            "tpot_ratio": statistics.median(r[1] for r in ratios),
+        }
+    return result
+
+
+def measure_memory(model_dir: Path, new_tokens: int) -> float:
+    """Peak RSS (MiB) of a fresh process that loads ``model_dir`` and generates once."""
+    command = [sys.executable, __file__, PROBE_FLAG, str(model_dir), str(new_tokens)]
+    proc = subprocess.run(command, capture_output=True, text=True, check=True)
+    return float(json.loads(proc.stdout.strip().splitlines()[-1])["peak_rss_mib"])
+
+
+def memory_probe(model_dir: str, new_tokens: str) -> None:
+    """Prints this process's peak RSS after loading and generating. ``VmHWM`` (``/proc/self/status``) belongs to
+    the process's own address space; ``ru_maxrss`` would also count the parent's RSS at the fork."""
+    generate_once(pipeline(Path(model_dir)), int(new_tokens))
+    status = Path("/proc/self/status")
+    hwm = [line.split()[1] for line in status.read_text().splitlines() if line.startswith("VmHWM:")]
+    peak_kib = float(hwm[0]) if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"peak_rss_mib": peak_kib / 1024}))
+
+
+def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    spec = inference.model_specs(quick=False)[name]
+    files_dir = source_files_dir(name)
+    start = time.perf_counter()
+    dirs = {variant: write_genai_dir(spec, variant, args.workdir, files_dir) for variant in args.variants}
+    print(f"  {name}: {len(dirs)} GenAI dirs ready in {time.perf_counter() - start:.0f} s")
+    latency = measure_latency(dirs, args.rounds, args.new_tokens)
+    for variant, path in dirs.items():
+        latency[variant]["peak_rss_mib"] = measure_memory(path, args.new_tokens)
+        rtn_rss = latency["rtn"].get("peak_rss_mib")
+        latency[variant]["rss_ratio"] = latency[variant]["peak_rss_mib"] / rtn_rss if rtn_rss else None
+    return latency
+
+
+def format_table(results: dict[str, dict[str, Any]], cpu: dict[str, Any]) -> str:
+    lines = [
+        f"CPU: {cpu['model']} ({cpu_kind(cpu)})",
+        f"{'model':<9}{'variant':<11}{'TTFT ms':>9}{'TPOT ms':>9}{'TTFT/RTN':>10}{'TPOT/RTN':>10}{'RSS MiB':>9}",
+    ]
+    for model, rows in results.items():
+        for variant, row in rows.items():
+            lines.append(
+                f"{model:<9}{variant:<11}{row['ttft_ms']:>9.1f}{row['tpot_ms']:>9.2f}{row['ttft_ratio']:>10.2f}"
+                f"{row['tpot_ratio']:>10.2f}{row['peak_rss_mib']:>9.0f}"
+            )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    if len(sys.argv) == 4 and sys.argv[1] == PROBE_FLAG:
+        memory_probe(sys.argv[2], sys.argv[3])
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated: {','.join(MODELS)}")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated: {','.join(VARIANTS)}")
+    parser.add_argument("--rounds", type=int, default=7, help="interleaved generations per variant (default 7)")
+    parser.add_argument("--new-tokens", type=int, default=64, help="tokens generated per run (default 64)")
+    parser.add_argument("--workdir", type=Path, default=Path("results/genai_models"), help="GenAI model dirs")
+    parser.add_argument("--out", type=Path, default=Path("results/genai.json"), help="JSON output")
+    args = parser.parse_args()
+    args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    if "rtn" not in args.variants or any(v not in VARIANTS for v in args.variants):
+        parser.error(f"--variants must include rtn and be among {', '.join(VARIANTS)}")
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    if any(m not in MODELS for m in models):
+        parser.error(f"--models must be among {', '.join(MODELS)}")
+    cpu = cpu_record()
+    results = {model: run_model(model, args) for model in models}
+    print(format_table(results, cpu))
+    record = {
+        "cpu": {**cpu, "kind": cpu_kind(cpu)},
+        "threads": inference.THREADS,
+        "rounds": args.rounds,
+        "new_tokens": args.new_tokens,
+        "prompt_characters": len(PROMPT),
+        "versions": {"openvino": ov.get_version()},
+        "results": results,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
