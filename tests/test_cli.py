@@ -11,6 +11,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -286,6 +287,9 @@ def test_compress_keeps_the_candidate_closest_to_the_float_model(
     # the record describes the model written: its options are the chosen candidate's
     assert record["options"]["hqq"] is (check["chosen"] != "rtn")
     assert (record["self_calibration"] is not None) is (check["chosen"] == "self-calibrated")
+    phases = ["self-calibration text", "compression", "statistics", "output check", "saving", "tokenizer conversion"]
+    assert_phases_timed(err, record["phase_seconds"], phases)
+    assert record["phase_seconds"]["statistics"] <= record["phase_seconds"]["compression"]
 
 
 def test_output_check_writes_the_least_kl_candidate(
@@ -311,6 +315,7 @@ def test_output_check_writes_the_least_kl_candidate(
     assert record["options"]["hqq"] is False and record["self_calibration"] is None
     assert "RTN (no HQQ)" in out
     assert ov.Type.f16 not in zero_point_types(tmp_path / "out")
+    genai_generate(tmp_path / "out", tiny_llm[1])
 
 
 def test_output_check_candidates_are_data_free_hqq_and_rtn() -> None:
@@ -391,6 +396,7 @@ def test_split_zero_point_model_generates_what_the_float_zero_point_model_genera
         code, _, err = run_cli(["compress", tiny_llm[0], out, "--group-size", "64", "--zero-point", zero_point], capsys)
         assert code == 0, err
         generate(out, tiny_llm[1])
+        genai_generate(out, tiny_llm[1])
         model = optimum_intel.OVModelForCausalLM.from_pretrained(out, ov_config=accuracy)
         tokens = model.generate(**inputs, max_new_tokens=8, min_new_tokens=8, do_sample=False)
         outputs[zero_point] = tokens.tolist(), model(**inputs).logits.numpy()
@@ -415,6 +421,9 @@ def test_compress_hf_dir_with_calibration_data(
     assert ov.Type.f16 in zero_point_types(out_dir)
     assert (out_dir / "tokenizer.json").is_file() and (out_dir / "config.json").is_file()
     generate(out_dir, tiny_llm[1])
+    genai_generate(out_dir, tiny_llm[1])  # a HF dir's output is an OpenVINO GenAI dir too
+    phases = ["export", "calibration data", "compression", "statistics", "saving", "tokenizer conversion"]
+    assert_phases_timed(err, json.loads((out_dir / workflows.RECORD_NAME).read_text())["phase_seconds"], phases)
 
 
 def test_compress_backend_torch_writes_a_transformers_checkpoint_that_loads_compressed(
@@ -435,6 +444,8 @@ def test_compress_backend_torch_writes_a_transformers_checkpoint_that_loads_comp
     config = json.loads((out_dir / "config.json").read_text())
     assert config["quantization_config"]["quant_method"] == "nncf_hqq"
     assert (out_dir / "tokenizer.json").is_file() and (out_dir / workflows.RECORD_NAME).is_file()
+    record = json.loads((out_dir / workflows.RECORD_NAME).read_text())
+    assert_phases_timed(err, record["phase_seconds"], ["loading", "compression", "saving"])
     model = AutoModelForCausalLM.from_pretrained(out_dir)
     codes = [p for n, p in model.named_parameters() if n.endswith("q_proj.weight")]
     assert codes and all(p.dtype == torch.uint8 for p in codes)
@@ -479,6 +490,7 @@ def test_evaluate_prints_a_table_and_writes_json_and_png(
     for key in ("ppl", "kl", "top1"):  # the same model, given as a dir and as an .xml
         assert results["xml"][key] == pytest.approx(results["int4_hqq"][key], rel=1e-9)
     assert png_path.read_bytes()[:8] == PNG_MAGIC
+    assert_phases_timed(err, record["phase_seconds"], ["tokenization", "reference check", "evaluation"])
     for name in results:
         assert name in out
     assert "PPL" in out and "top-1" in out
@@ -557,3 +569,132 @@ def test_demo_on_smollm2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     assert (tmp_path / "demo" / "demo.png").read_bytes()[:8] == PNG_MAGIC
     assert "total wall time" in out and "awq_hqq" in out
     assert np.isfinite(record["wall_seconds"])
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The output dir is an OpenVINO GenAI dir (tokenizer IRs); every long phase is timed
+# --------------------------------------------------------------------------------------------------------------------
+def genai_generate(model_dir: Path, tokenizer: Any, n_tokens: int = 4) -> list[int]:
+    """Load ``model_dir`` with ``openvino_genai.LLMPipeline`` and greedily generate ``n_tokens``; its tokenizer and
+    detokenizer IRs must agree with the HF tokenizer. Returns the generated token ids."""
+    openvino_genai = pytest.importorskip("openvino_genai")
+    pipe = openvino_genai.LLMPipeline(str(model_dir), "CPU")
+    prompt = "w1 w2 w3"
+    encoded = pipe.get_tokenizer().encode(prompt)
+    assert encoded.input_ids.data.tolist() == [tokenizer(prompt)["input_ids"]]
+    config = openvino_genai.GenerationConfig(max_new_tokens=n_tokens, min_new_tokens=n_tokens, do_sample=False)
+    tokens = pipe.generate(encoded, config).tokens[0]
+    assert len(tokens) == n_tokens
+    text = pipe.generate([prompt], config).texts[0]
+    assert text == pipe.get_tokenizer().decode(tokens) == tokenizer.decode(tokens, skip_special_tokens=True)
+    return list(tokens)
+
+
+def assert_phases_timed(err: str, phase_seconds: dict[str, float], expected: Sequence[str]) -> None:
+    """Each expected phase logged its start and its seconds on stderr and is in the phase summary and in the
+    recorded ``phase_seconds`` (in the order the phases started)."""
+    assert list(phase_seconds) == list(expected)
+    summaries = [line for line in err.splitlines() if line.startswith(f"[{cli.PROG}] phases: ")]
+    assert len(summaries) == 1
+    for name in expected:
+        assert f"[{cli.PROG}] {name} ...\n" in err
+        assert re.search(rf"\[{cli.PROG}\] {re.escape(name)}: \d+\.\d s\n", err)
+        assert re.search(rf"(: |, |\(){re.escape(name)} \d+\.\d s", summaries[0])
+        assert phase_seconds[name] >= 0.0
+
+
+def test_compressed_dir_is_an_openvino_genai_dir(
+    compressed_dir: Path,
+    tiny_llm: tuple[Path, Any],  # noqa: F811
+) -> None:
+    """The IR-dir input's output: tokenizer and detokenizer IRs beside the model; openvino_genai's LLMPipeline loads
+    it and generates, and optimum-intel still loads it."""
+    for name in (workflows.TOKENIZER_XML, workflows.DETOKENIZER_XML):
+        assert (compressed_dir / name).is_file() and (compressed_dir / name).with_suffix(".bin").is_file()
+    assert workflows.is_genai_dir(compressed_dir)
+    genai_generate(compressed_dir, tiny_llm[1])
+    generate(compressed_dir, tiny_llm[1])
+
+
+def test_compress_says_in_one_line_when_the_tokenizer_cannot_be_converted(
+    tiny_llm: tuple[Path, Any],  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    openvino_tokenizers = pytest.importorskip("openvino_tokenizers")
+
+    def unsupported(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("tokenizer model 'WordLevel' is not supported\nsecond line")
+
+    monkeypatch.setattr(openvino_tokenizers, "convert_tokenizer", unsupported)
+    code, out, err = run_cli(["compress", tiny_llm[0], tmp_path / "out", "--mode", "int8_asym"], capsys)
+    assert code == 0, err
+    warnings = [line for line in err.splitlines() if "was not converted to OpenVINO" in line]
+    assert len(warnings) == 1 and "second line" not in err
+    assert "'WordLevel' is not supported" in warnings[0] and "openvino_genai will not load" in warnings[0]
+    assert (tmp_path / "out" / workflows.MODEL_XML).is_file() and not workflows.is_genai_dir(tmp_path / "out")
+    assert "OpenVINO GenAI" not in out and "Wrote" in out
+    generate(tmp_path / "out", tiny_llm[1])
+
+
+def test_tokenizer_irs_of_the_source_are_copied_not_converted(
+    compressed_dir: Path,
+    tiny_llm: tuple[Path, Any],  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    source = tmp_path / "source"
+    source.mkdir()
+    for path in compressed_dir.iterdir():
+        if path.name.startswith("openvino_tokenizer") or path.name.startswith("openvino_detokenizer"):
+            (source / path.name).write_bytes(path.read_bytes())
+    (source / "config.json").write_bytes((compressed_dir / "config.json").read_bytes())
+
+    def fail(*args: object, **kwargs: object) -> list[str]:
+        raise AssertionError("the source's tokenizer IRs must be copied")
+
+    monkeypatch.setattr(workflows, "write_openvino_tokenizers", fail)
+    logs: list[str] = []
+    model = workflows.read_model(tiny_llm[0])
+    copied = workflows.save_model_dir(model, tmp_path / "out", source, {"source": "test"}, log=logs.append)
+    assert {"openvino_tokenizer.xml", "openvino_detokenizer.bin", "config.json"} <= set(copied)
+    assert workflows.is_genai_dir(tmp_path / "out") and logs == []
+    recorded = json.loads((tmp_path / "out" / workflows.RECORD_NAME).read_text())
+    assert list(recorded["phase_seconds"]) == ["saving"]
+
+
+def test_an_encoder_gets_a_tokenizer_ir_without_a_detokenizer(
+    tiny_llm: tuple[Path, Any],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("openvino_tokenizers")
+    from openvino import opset13 as ops
+
+    assert workflows.generates_text(workflows.read_model(tiny_llm[0]))
+    inputs = ops.parameter([1, -1, 8], ov.Type.f32, name="inputs_embeds")
+    hidden = ops.relu(inputs)
+    hidden.output(0).set_names({"last_hidden_state"})
+    assert not workflows.generates_text(ov.Model([hidden], [inputs], "encoder"))
+    written = workflows.write_openvino_tokenizers(tiny_llm[0], tmp_path / "enc", with_detokenizer=False)
+    assert written == [workflows.TOKENIZER_XML]
+    assert sorted(p.name for p in (tmp_path / "enc").iterdir()) == ["openvino_tokenizer.bin", "openvino_tokenizer.xml"]
+    ids = ov.Core().compile_model(tmp_path / "enc" / workflows.TOKENIZER_XML, "CPU")(["w1 w2 w3"])["input_ids"]
+    assert ids.tolist() == [tiny_llm[1]("w1 w2 w3")["input_ids"]]
+
+
+def test_step_timer_nests_accumulates_and_summarises() -> None:
+    from nncf_hqq.llm.timing import StepTimer
+
+    lines: list[str] = []
+    timer = StepTimer(lines.append)
+    with timer.step("export"):
+        pass
+    for _ in range(2):
+        with timer.step("compression"), timer.step("statistics"):
+            pass
+    assert list(timer.seconds) == ["export", "compression", "statistics"]
+    assert timer.parents == {"export": None, "compression": None, "statistics": "compression"}
+    assert lines[:2] == ["export ...", lines[1]] and re.fullmatch(r"export: \d+\.\d s", lines[1])
+    assert re.fullmatch(r"export \d+\.\d s, compression \d+\.\d s \(statistics \d+\.\d s\)", timer.summary())
+    assert len(lines) == 2 + 2 * 4
