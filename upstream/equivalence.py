@@ -3,7 +3,8 @@
 ``python upstream/equivalence.py OUT.npz`` (with the build's ``DEST`` first on ``PYTHONPATH`` and this repository
 after it, for ``tests/ov_models.py``) compresses the ``CASES`` with the patched ``nncf.compress_weights`` while
 any import of ``nncf_hqq`` fails, and saves every model's constants (codes, scales, zero points, in graph order)
-and, for the cases without HQQ, the serialized model. ``tests/test_upstream.py`` compares them with what
+and, for the cases without HQQ, the serialized model; of the PyTorch model, its state dict (weights, scales,
+zero points). ``tests/test_upstream.py`` compares them with what
 ``nncf_hqq`` (and plain NNCF) write in its own process.
 """
 
@@ -37,6 +38,7 @@ class Case:
     data_aware: bool = False
     token_rows: int = 0
     moe: bool = True
+    torch: bool = False
 
 
 CASES = (
@@ -44,6 +46,7 @@ CASES = (
     Case("hqq_awq_se_token_rows", True, {"awq": True, "scale_estimation": True}, True, TOKEN_ROWS, moe=False),
     Case("int4_asym_g64", False),
     Case("int4_asym_awq_se", False, {"awq": True, "scale_estimation": True}, True, moe=False),
+    Case("torch_hqq_int4_asym_g32", True, {"group_size": 32, "all_layers": True}, torch=True),
 )
 
 
@@ -55,15 +58,31 @@ def nncf_arguments(case: Case) -> dict[str, Any]:
 
     arguments: dict[str, Any] = {"mode": "INT4_ASYM", "group_size": 64, **case.kwargs}
     arguments["mode"] = nncf.CompressWeightsMode[arguments["mode"]]
-    if case.data_aware:
+    if case.torch:
+        import torch
+
+        arguments["dataset"] = nncf.Dataset([torch.randn(1, 8, 64, generator=torch.Generator().manual_seed(1))])
+    elif case.data_aware:
         arguments["dataset"] = nncf.Dataset([input_ids(seed, 24) for seed in range(6)])
     return arguments
 
 
 def model_of(case: Case) -> Any:
+    if case.torch:
+        return torch_model()
     from tests.ov_models import transformer_like
 
     return transformer_like(seed=3, moe=case.moe)
+
+
+def torch_model() -> Any:
+    """LayerNorm -> Linear -> ReLU -> Linear, seeded."""
+    import torch
+
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.LayerNorm(64), torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64)
+    ).eval()
 
 
 def compress_patched(case: Case) -> Any:
@@ -118,6 +137,9 @@ def serialized(model: Any) -> str:
 
 def results(model: Any, case: Case) -> dict[str, np.ndarray]:
     """What the comparison reads of one compressed model, keyed ``case/...``."""
+    if case.torch:
+        state = model.state_dict()
+        return {f"{case.name}/{key}": value.detach().cpu().numpy() for key, value in state.items()}
     found = {f"{case.name}/{key}": value for key, value in constants(model).items()}
     if not case.hqq:
         found[f"{case.name}/serialized"] = np.array(serialized(model))

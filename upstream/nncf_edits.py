@@ -99,7 +99,7 @@ COMPRESS_WEIGHTS_EDITS = [
         "    return compression_weights_impl(\n        model=model,  # type: ignore\n",
         '    if hqq:\n        weight_compression_configuration["hqq"] = True\n',
     ),
-    insert_after(
+    insert_before(
         QUANTIZE_MODEL,
         "from nncf.quantization.algorithms.weight_compression.algorithm import check_user_compression_configuration\n",
         "from nncf.quantization.algorithms.weight_compression.algorithm import check_hqq_configuration\n",
@@ -275,7 +275,7 @@ HQQ_METHODS = f'''
 '''
 
 WEIGHT_COMPRESSION_EDITS = [
-    insert_before(ALGORITHM, "\n\ndef get_weight_compression_configuration(\n", CHECK_HQQ_CONFIGURATION.rstrip("\n")),
+    insert_before(ALGORITHM, "\n\ndef get_weight_compression_configuration(\n", CHECK_HQQ_CONFIGURATION),
     insert_after(
         ALGORITHM,
         "        compression_format: CompressionFormat = CompressionFormat.DQ,\n"
@@ -384,10 +384,11 @@ IMPL_EDITS = [
         ") -> torch.nn.Module:\n"
         '    """\n    Implementation of the `compress_weights()` method for the PyTorch backend.\n',
     ),
-    insert_after(
+    Edit(
         PT_QUANTIZE_MODEL,
         "        compression_format,\n        advanced_parameters,\n    )\n    graph = build_graph(model)\n",
-        "",
+        "        compression_format,\n        advanced_parameters,\n        hqq=hqq,\n"
+        "    )\n    graph = build_graph(model)\n",
     ),
 ]
 
