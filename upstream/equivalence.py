@@ -76,13 +76,22 @@ def model_of(case: Case) -> Any:
 
 
 def torch_model() -> Any:
-    """LayerNorm -> Linear -> ReLU -> Linear, seeded."""
+    """LayerNorm -> Linear -> ReLU -> Linear, seeded (a module of its own: NNCF's hooks do not run in a
+    ``Sequential``, which would call the hook storage NNCF adds as a child)."""
     import torch
 
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.norm = torch.nn.LayerNorm(64)
+            self.up = torch.nn.Linear(64, 128)
+            self.down = torch.nn.Linear(128, 64)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.down(torch.relu(self.up(self.norm(x))))
+
     torch.manual_seed(0)
-    return torch.nn.Sequential(
-        torch.nn.LayerNorm(64), torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64)
-    ).eval()
+    return Block().eval()
 
 
 def compress_patched(case: Case) -> Any:
