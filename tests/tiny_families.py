@@ -47,7 +47,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "granite": {},
     "olmo2": {},
 }
-#: Families looked at for the README's table but not part of the test matrix.
+#: Families looked at for the table of docs/usage.md (Model families) but not part of the test matrix.
 OTHER_FAMILIES: dict[str, dict[str, Any]] = {
     "gemma": {},
     "glm": {"partial_rotary_factor": 0.5},
