@@ -418,7 +418,7 @@ def _compress_encoder(
     args: argparse.Namespace, options: CompressionOptions, source: workflows.SourceModel, timer: StepTimer, start: float
 ) -> int:
     """``compress`` of an encoder: the encoder recipe, data-free or calibrated on lines of ``--dataset``; written
-    as a dir that optimum-intel (and OpenVINO GenAI's TextEmbeddingPipeline) loads."""
+    as a dir that optimum-intel loads (``OVSentenceTransformer`` or ``OVModelForFeatureExtraction``)."""
     _check_encoder_arguments(args)
     model = workflows.read_model(source.xml)
     dataset = _encoder_dataset(args, source, model, timer) if args.dataset is not None else None
@@ -651,7 +651,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
     tokenizer_dir = args.tokenizer or (reference if reference.is_dir() else reference.parent)
     if args.png is not None:
         workflows.require_matplotlib()
-    if encoders.is_encoder(workflows.read_model(reference)):
+    if encoders.is_encoder_ir(reference):
         return _evaluate_encoders(args, reference, candidates, text, tokenizer_dir)
     if args.lines is not None:
         raise UsageError("--lines applies to encoders; the reference is an LLM, evaluated on token windows (--windows)")

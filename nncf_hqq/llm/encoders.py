@@ -65,6 +65,14 @@ def is_encoder(model: ov.Model) -> bool:
     return ENCODER_INPUT in inputs and "logits" not in outputs and bool(outputs & set(ENCODER_OUTPUTS))
 
 
+def is_encoder_ir(path: str | Path) -> bool:
+    """``is_encoder`` of the IR at ``path``; False when OpenVINO cannot read it (the LLM path then says why)."""
+    try:
+        return is_encoder(read_model(path))
+    except RuntimeError:
+        return False
+
+
 def recipe_for(options: CompressionOptions, calibrated: bool) -> EncoderRecipe | None:
     """The recipe that applies to an encoder compressed with ``options`` (None where the options decide alone: no
     HQQ, or a mode without 4-bit groups), calibrated on text lines or not."""
