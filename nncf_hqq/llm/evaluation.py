@@ -325,6 +325,7 @@ def evaluate_llms(
     windows: Sequence[np.ndarray],
     reference_name: str = "fp",
     chunk: int | None = PREFILL_CHUNK,
+    one_at_a_time: bool = False,
 ) -> dict[str, Metrics]:
     """Perplexity, KL(P_fp || P_candidate) and top-1 agreement of every candidate, plus the FP model's own numbers.
 
@@ -332,11 +333,38 @@ def evaluate_llms(
     request per window); only the current block's logits are held. Returns ``{name: {"ppl", "kl", "top1",
     "seconds"}}`` with the reference under ``reference_name`` (its ``kl`` is 0 and ``top1`` is 1 by construction);
     ``seconds`` is that model's inference wall time. The progress bar names the model and the window.
+
+    With ``one_at_a_time`` the candidates run one after another, each in lockstep with the reference (compiled
+    once), and each is compiled just before its pass and released after it: memory holds the compiled reference,
+    one compiled candidate and one block per model, whatever the number of candidates, at the cost of running the
+    reference once per candidate (its ``seconds`` add up). The metrics are the same as all at once.
     """
     if reference_name in candidates:
         msg = f"candidate name {reference_name!r} is reserved for the reference"
         raise ValueError(msg)
-    models = {reference_name: reference, **candidates}
+    if not one_at_a_time or len(candidates) < 2:
+        sums = _evaluate_in_lockstep({reference_name: reference, **candidates}, windows, chunk)
+    else:
+        reference_llm = reference if isinstance(reference, StatefulLLM) else StatefulLLM(reference)
+        sums = {}
+        for name, candidate in candidates.items():
+            pass_sums = _evaluate_in_lockstep({reference_name: reference_llm, name: candidate}, windows, chunk)
+            if reference_name in sums:
+                sums[reference_name].seconds += pass_sums[reference_name].seconds
+            else:
+                sums[reference_name] = pass_sums[reference_name]
+            sums[name] = pass_sums[name]
+    results = {name: s.metrics() for name, s in sums.items()}
+    for name, m in results.items():
+        nncf_logger.info(f"{name}: ppl={m['ppl']:.4f} kl={m['kl']:.5f} top1={m['top1']:.4f}")
+    return results
+
+
+def _evaluate_in_lockstep(
+    models: Mapping[str, ModelLike | StatefulLLM], windows: Sequence[np.ndarray], chunk: int | None
+) -> dict[str, _Sums]:
+    """Every model's sums over the windows, the first model the reference; models that are not compiled yet are
+    compiled here and released on return."""
     llms = {name: m if isinstance(m, StatefulLLM) else StatefulLLM(m) for name, m in models.items()}
     sums = {name: _Sums() for name in llms}
     blocks = max(1, -(-len(windows[0]) // chunk)) if windows and chunk else 1
@@ -347,10 +375,7 @@ def evaluate_llms(
                 bar.update(advance=1 / blocks, description=f"Evaluating {name}, window {index}/{len(windows)}")
 
             _evaluate_window(llms, sums, input_ids, chunk, advance)
-    results = {name: s.metrics() for name, s in sums.items()}
-    for name, m in results.items():
-        nncf_logger.info(f"{name}: ppl={m['ppl']:.4f} kl={m['kl']:.5f} top1={m['top1']:.4f}")
-    return results
+    return sums
 
 
 def perplexity(model: ModelLike | StatefulLLM, windows: Sequence[np.ndarray]) -> float:

@@ -295,7 +295,12 @@ def compress_checked_on_outputs(
     outputs on held-out generated sequences are closest to the float model's (least KL divergence), with its
     options and what was measured. Judged on the whole model's outputs, so the result is never worse than RTN's
     there. ``timer`` times the self-calibrated compression's phases (``compress_timed``), then the rest of the
-    check as ``OUTPUT_CHECK_PHASE``."""
+    check as ``OUTPUT_CHECK_PHASE``.
+
+    The candidates are compressed and evaluated one at a time: memory holds the candidate kept so far, the one being
+    compressed or evaluated (compiled, with the compiled float model, during its evaluation) and one logits block
+    per model; the float model is compiled again for each evaluation rather than held through the compressions.
+    """
     if self_calibrated.self_calibration is None:
         msg = "the output check compares a self-calibrated compression: self_calibrated.self_calibration is None"
         raise ValueError(msg)
@@ -303,17 +308,21 @@ def compress_checked_on_outputs(
     candidates = output_check_candidates(data_free, self_calibrated)
     (first, first_options), *others = candidates.items()
     log(f"Output check: compressing the {first} candidate")
-    compressed: dict[str, ov.Model] = {first: compress_timed(model, first_options, None, timer)}
+    kept = compress_timed(model, first_options, None, timer)
     with timer.step(OUTPUT_CHECK_PHASE):
         held_out = held_out_sequences(read_model(model_xml), self_calibrated.self_calibration)
+        metrics = evaluation.evaluate_llms(model_xml, {first: kept}, held_out)
+        chosen = first
         for name, options in others:
             log(f"Output check: compressing the {name} candidate")
-            compressed[name] = compress_model(read_model(model_xml), options)
-        metrics = evaluation.evaluate_llms(model_xml, compressed, held_out)
-    chosen = min(candidates, key=lambda name: metrics[name]["kl"])
+            candidate = compress_model(read_model(model_xml), options)
+            metrics[name] = evaluation.evaluate_llms(model_xml, {name: candidate}, held_out)[name]
+            if metrics[name]["kl"] < metrics[chosen]["kl"]:  # ties keep the earlier candidate
+                chosen, kept = name, candidate
+            del candidate
     summary = ", ".join(f"{name} {metrics[name]['kl']:.4f}" for name in candidates)
     log(f"Output check on {len(held_out)} held-out generated sequences, KL vs float: {summary}; keeping {chosen}")
-    return compressed[chosen], candidates[chosen], OutputCheck(chosen, metrics)
+    return kept, candidates[chosen], OutputCheck(chosen, metrics)
 
 
 #: ``--backend`` choices. ``auto`` and ``openvino``: an OpenVINO IR is compressed as it is, a HF model is exported to
@@ -626,12 +635,14 @@ def evaluate_against(
     reference_name: str = "fp",
     warn: Callable[[str], None] | None = None,
     timer: StepTimer | None = None,
+    one_at_a_time: bool = True,
 ) -> dict[str, evaluation.Metrics]:
     """PPL, KL vs the reference and top-1 agreement on the first ``n_windows`` windows of the text.
 
     ``warn`` receives the findings of ``nncf_hqq.llm.sanity`` (text and tokenizer, then the reference perplexity).
     ``timer`` times the phases: ``tokenization``, ``reference check`` (compiling the reference, the sanity checks)
-    and ``evaluation``.
+    and ``evaluation``. ``one_at_a_time``: the candidates are compiled and evaluated one after another
+    (``evaluation.evaluate_llms``), so memory holds one compiled candidate at a time.
     """
     timer = timer or StepTimer(lambda _: None)
     with timer.step(TOKENIZATION_PHASE):
@@ -643,7 +654,9 @@ def evaluate_against(
         reference_llm = evaluation.StatefulLLM(reference)
         findings = sanity.check_tokenized_text(text, ids, reference_llm, model_files_dir(reference), f"{text_path}")
     with timer.step(EVALUATION_PHASE):
-        results = evaluation.evaluate_llms(reference_llm, candidates, windows, reference_name=reference_name)
+        results = evaluation.evaluate_llms(
+            reference_llm, candidates, windows, reference_name=reference_name, one_at_a_time=one_at_a_time
+        )
     final = sanity.perplexity_warning(results[reference_name]["ppl"], "the reference's perplexity on the windows")
     for finding in [*findings, *([final] if final else [])]:
         if warn is not None:
