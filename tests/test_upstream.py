@@ -35,7 +35,7 @@ equivalence = load_upstream_module("equivalence")
 
 
 def clean_environment(pythonpath: list[Path]) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "NNCF_HQQ_DISABLE_FAST_PATH")}
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = os.pathsep.join(str(p) for p in pythonpath)
     return env
 

@@ -111,12 +111,13 @@ def compress_patched(case: Case) -> Any:
 
 def compress_reference(case: Case) -> Any:
     """The case through ``nncf_hqq`` (HQQ) or through NNCF's own ``compress_weights`` (no HQQ)."""
+    from nncf.quantization.quantize_model import compress_weights as nncf_compress_weights
+
     import nncf_hqq
-    from nncf_hqq import _nncf
 
     arguments = nncf_arguments(case)
-    if not case.hqq:
-        return _nncf.original_compress_weights(model_of(case), **arguments)
+    if not case.hqq:  # NNCF's own function (nncf_hqq replaces nncf.compress_weights, not this one)
+        return nncf_compress_weights(model_of(case), **arguments)
     if case.token_rows:
         arguments["hqq_params"] = nncf_hqq.HQQParameters(calibration_token_rows=case.token_rows)
     return nncf_hqq.compress_weights(model_of(case), hqq=True, **arguments)
