@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import resource
 import statistics
 import subprocess
@@ -37,8 +36,6 @@ import inference  # benchmarks/inference.py: the variants and how they are compr
 VARIANTS = ("rtn", "hqq_float", "hqq_split", "hqq_int")
 MODELS = ("smollm2", "qwen")
 PROBE_FLAG = "--_memory-probe"
-#: CPU flags (``/proc/cpuinfo``) that decide which int8 / bf16 kernels the CPU plugin can use.
-ISA_FLAGS = ("amx_tile", "amx_int8", "amx_bf16", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "avx2")
 PROMPT = (
     "The history of the printing press begins in the fifteenth century, when movable type made books cheaper and "
     "faster to produce than ever before. Within a few decades presses were working in most of the large cities of "
@@ -49,34 +46,18 @@ PROMPT = (
 
 
 def cpu_record() -> dict[str, Any]:
-    """The CPU model, its instruction-set flags that matter for OpenVINO's CPU kernels, and the plugin's view."""
-    model, flags = platform.processor(), set()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        for line in cpuinfo.read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                model = value.strip()
-            elif key.strip() == "flags":
-                flags = set(value.split())
-    core = ov.Core()
+    """The CPU's model, kind and the instruction-set flags that matter for OpenVINO's CPU kernels, and the plugin's
+    view of it."""
+    from nncf_hqq.llm.cpu import this_cpu
+
+    info, core = this_cpu(), ov.Core()
     return {
-        "model": model,
-        "isa": {flag: flag in flags for flag in ISA_FLAGS},
+        "model": info.model,
+        "kind": info.kind,
+        "isa": info.isa(),
         "openvino_capabilities": list(core.get_property("CPU", "OPTIMIZATION_CAPABILITIES")),
         "openvino_cpu_name": core.get_property("CPU", "FULL_DEVICE_NAME"),
-        "logical_cpus": len(core.get_property("CPU", "AVAILABLE_DEVICES") or []) or None,
     }
-
-
-def cpu_kind(record: dict[str, Any]) -> str:
-    """A short name of the CPU's kind: which of AMX, AVX-512 (VNNI) and AVX2 it has."""
-    isa = record["isa"]
-    if isa["amx_int8"] or isa["amx_tile"]:
-        return "AMX"
-    if isa["avx512_vnni"]:
-        return "AVX-512 VNNI, no AMX"
-    return "AVX2" if isa["avx2"] else "other"
 
 
 def write_genai_dir(spec: inference.ModelSpec, variant: str, workdir: Path, files_dir: Path) -> Path:
@@ -173,7 +154,7 @@ def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
 def format_table(results: dict[str, dict[str, Any]], cpu: dict[str, Any]) -> str:
     lines = [
-        f"CPU: {cpu['model']} ({cpu_kind(cpu)})",
+        f"CPU: {cpu['model']} ({cpu['kind']})",
         f"{'model':<9}{'variant':<11}{'TTFT ms':>9}{'TPOT ms':>9}{'TTFT/RTN':>10}{'TPOT/RTN':>10}{'RSS MiB':>9}",
     ]
     for model, rows in results.items():
@@ -207,7 +188,7 @@ def main() -> None:
     results = {model: run_model(model, args) for model in models}
     print(format_table(results, cpu))
     record = {
-        "cpu": {**cpu, "kind": cpu_kind(cpu)},
+        "cpu": cpu,
         "threads": inference.THREADS,
         "rounds": args.rounds,
         "new_tokens": args.new_tokens,

@@ -28,6 +28,7 @@ from typing import TextIO
 
 from nncf.common.logging import nncf_logger
 
+from nncf_hqq.llm import cpu
 from nncf_hqq.llm import encoders
 from nncf_hqq.llm import evaluation
 from nncf_hqq.llm import models
@@ -389,6 +390,7 @@ def run_compress(args: argparse.Namespace) -> int:
             model, args.out, source.files_dir, record, tokenizer_dir=tokenizer_dir, log=_info, timer=timer
         )
     _info(f"phases: {timer.summary()}")
+    _zero_point_note(options)
     _out(f"Wrote {args.out / workflows.MODEL_XML} ({_describe_options(options, dataset is not None)})")
     if copied:
         _out(f"Copied from the source: {', '.join(copied)}")
@@ -398,6 +400,18 @@ def run_compress(args: argparse.Namespace) -> int:
         _out(f"OpenVINO GenAI: openvino_genai.LLMPipeline({str(args.out)!r}, 'CPU') loads it (tokenizer IRs in OUT)")
     _out(f"Total: {time.perf_counter() - start:.1f} s (compression {compress_seconds:.1f} s)")
     return 0
+
+
+#: The modes whose HQQ zero points can be stored as float, split or integer (``--zero-point``).
+ZERO_POINT_MODES = ("int4_asym", "int8_asym")
+
+
+def _zero_point_note(options: CompressionOptions) -> None:
+    """Says on stderr which zero-point format suits the CPU this runs on (``cpu.zero_point_advice``)."""
+    if options.hqq and options.mode in ZERO_POINT_MODES:
+        note = cpu.zero_point_advice(options.zero_point, cpu.this_cpu())
+        if note is not None:
+            _info(note)
 
 
 def _task(args: argparse.Namespace) -> str | None:
@@ -444,6 +458,7 @@ def _compress_encoder(
         model, args.out, source.files_dir, record, tokenizer_dir=tokenizer_dir, log=_info, timer=timer
     )
     _info(f"phases: {timer.summary()}")
+    _zero_point_note(options)
     _out(f"Wrote {args.out / workflows.MODEL_XML} (encoder: {described})")
     if copied:
         _out(f"Copied from the source: {', '.join(copied)}")

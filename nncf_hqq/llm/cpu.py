@@ -1,0 +1,83 @@
+"""The CPU this runs on, and which zero-point format suits it (docs/inference.md, "Which zero point on which CPU").
+
+OpenVINO's CPU plugin runs a MatMul with f16 zero points outside its int8 kernels on CPUs without AMX, where HQQ's
+float zero point then costs time against RTN's integer one; on Xeons with AMX it runs at RTN's speed, and the split
+format's extra nodes are the slower choice. ``nncf-hqq compress`` says which format suits the CPU it runs on.
+"""
+
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+
+#: ``/proc/cpuinfo`` flags that decide which int8 / bf16 kernels OpenVINO's CPU plugin can use.
+ISA_FLAGS = ("amx_tile", "amx_int8", "amx_bf16", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "avx2")
+#: The kinds of CPU the advice tells apart.
+AMX, AVX512, AVX2, OTHER = "AMX", "AVX-512 without AMX", "AVX2", "other"
+
+
+@dataclass(frozen=True)
+class CpuInfo:
+    """A CPU's model name and which of ``ISA_FLAGS`` it has."""
+
+    model: str
+    flags: frozenset[str]
+
+    @property
+    def kind(self) -> str:
+        """``AMX``, ``AVX512`` (AVX-512 with VNNI, no AMX), ``AVX2`` or ``OTHER``."""
+        if "amx_int8" in self.flags or "amx_tile" in self.flags:
+            return AMX
+        if "avx512_vnni" in self.flags:
+            return AVX512
+        return AVX2 if "avx2" in self.flags else OTHER
+
+    def isa(self) -> dict[str, bool]:
+        return {flag: flag in self.flags for flag in ISA_FLAGS}
+
+    def describe(self) -> str:
+        return f"{self.model} ({self.kind})"
+
+
+def parse_cpuinfo(text: str) -> CpuInfo:
+    """The first processor's model name and flags in the text of ``/proc/cpuinfo``."""
+    model, flags = "", frozenset[str]()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and not model:
+            model = value.strip()
+        elif key.strip() == "flags" and not flags:
+            flags = frozenset(value.split()) & frozenset(ISA_FLAGS)
+    return CpuInfo(model or platform.processor() or "unknown CPU", flags)
+
+
+def this_cpu(cpuinfo: Path = Path("/proc/cpuinfo")) -> CpuInfo:
+    """This machine's CPU (on systems without ``/proc/cpuinfo``: its name, no known flags)."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        text = ""
+    return parse_cpuinfo(text)
+
+
+def zero_point_advice(zero_point: str | None, cpu: CpuInfo) -> str | None:
+    """One line on how ``zero_point`` (``--zero-point``; None: the float default) suits ``cpu``, or None when there is
+    nothing to say (integer zero points run RTN's kernels on every CPU)."""
+    zero_point = zero_point or "float"
+    if zero_point == "integer":
+        return None
+    cpu_text = f"this CPU, {cpu.describe()}"
+    if cpu.kind == AMX and zero_point == "float":
+        return f"zero points: float (the default) suits {cpu_text}: with AMX it runs at RTN's speed"
+    if cpu.kind == AMX:
+        return (
+            f"zero points: on {cpu_text}, split zero points run slower than the float default; they pay off on CPUs "
+            "without AMX (docs/inference.md)"
+        )
+    if zero_point == "float":
+        return (
+            f"zero points: on {cpu_text}, float zero points cost time against RTN's; --zero-point split runs on RTN's "
+            "integer kernels, the better choice there for models of 1B parameters and more (docs/inference.md)"
+        )
+    return f"zero points: split suits {cpu_text}: without AMX it runs on RTN's integer kernels"
