@@ -9,8 +9,11 @@ its maximum resident set size.
 
     python benchmarks/evaluate_memory.py --against a967f75
     python benchmarks/evaluate_memory.py --against a967f75 --runs old:1:4,new:1:4,old:2:4,new:2:4,new:5:40
+    python benchmarks/evaluate_memory.py --against a967f75 --runs new:1:2,seq:1:2,new:5:2,seq:5:2
 
-A run is ``IMPL:CANDIDATES:WINDOWS`` with IMPL ``new`` (this checkout) or ``old`` (``--against``). The old code holds
+A run is ``IMPL:CANDIDATES:WINDOWS`` with IMPL ``new`` (this checkout, every candidate compiled at once, in lockstep),
+``seq`` (this checkout, ``one_at_a_time=True``: one candidate compiled at a time, as ``nncf-hqq evaluate`` runs) or
+``old`` (``--against``). The old code holds
 every model's full-window logits at once (about 14-17 GB for five candidates and 40 windows): run it with few
 candidates and windows on a shared machine; the table extrapolates it linearly (time per model-window, memory per
 model) and says so.
@@ -43,7 +46,7 @@ CHILD = """
 import importlib.util, json, resource, sys, time
 import numpy as np
 VOCAB, WINDOW = {vocab}, {window}
-module_path, reference, windows, *candidates = sys.argv[1:]
+module_path, reference, windows, impl, *candidates = sys.argv[1:]
 spec = importlib.util.spec_from_file_location("evaluation_under_test", module_path)
 ev = importlib.util.module_from_spec(spec)
 sys.modules[spec.name] = ev
@@ -51,7 +54,8 @@ spec.loader.exec_module(ev)
 rng = np.random.default_rng(0)
 token_windows = [rng.integers(0, VOCAB, size=WINDOW) for _ in range(int(windows))]
 start = time.perf_counter()
-results = ev.evaluate_llms(reference, {c.rsplit("/", 1)[-1]: c for c in candidates}, token_windows)
+options = {"one_at_a_time": True} if impl == "seq" else {}
+results = ev.evaluate_llms(reference, {c.rsplit("/", 1)[-1]: c for c in candidates}, token_windows, **options)
 seconds = time.perf_counter() - start
 peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
 print("RESULT " + json.dumps({"seconds": seconds, "peak_gb": peak_gb, "results": results}))
@@ -105,9 +109,9 @@ def module_at(revision: str, tmp: Path) -> Path:
     return path
 
 
-def run_child(module: Path, fp: Path, candidates: list[Path], windows: int) -> dict[str, Any]:
+def run_child(module: Path, fp: Path, candidates: list[Path], windows: int, impl: str) -> dict[str, Any]:
     child = CHILD.replace("{vocab}", str(VOCAB)).replace("{window}", str(WINDOW))
-    args = [sys.executable, "-c", child, str(module), str(fp), str(windows), *map(str, candidates)]
+    args = [sys.executable, "-c", child, str(module), str(fp), str(windows), impl, *map(str, candidates)]
     proc = subprocess.run(args, capture_output=True, text=True, check=False, env={"TQDM_DISABLE": "1", **_env()})
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
@@ -131,11 +135,12 @@ def main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     fp, candidates = build(args.work)
     with tempfile.TemporaryDirectory() as tmp:
-        modules = {"old": module_at(args.against, Path(tmp)), "new": ROOT / "nncf_hqq" / "llm" / "evaluation.py"}
+        new = ROOT / "nncf_hqq" / "llm" / "evaluation.py"
+        modules = {"old": module_at(args.against, Path(tmp)), "new": new, "seq": new}
         rows = []
         for run in args.runs.split(","):
             impl, n_candidates, windows = run.split(":")
-            result = run_child(modules[impl], fp, candidates[: int(n_candidates)], int(windows))
+            result = run_child(modules[impl], fp, candidates[: int(n_candidates)], int(windows), impl)
             row = {"impl": impl, "candidates": int(n_candidates), "windows": int(windows), **result}
             rows.append(row)
             print(
@@ -173,15 +178,16 @@ def print_table(rows: list[dict[str, Any]]) -> None:
         )
     pairs = [
         (o, n)
+        for first, second in (("old", "new"), ("new", "seq"))
         for o in rows
-        if o["impl"] == "old"
+        if o["impl"] == first
         for n in rows
-        if n["impl"] == "new" and (n["candidates"], n["windows"]) == (o["candidates"], o["windows"])
+        if n["impl"] == second and (n["candidates"], n["windows"]) == (o["candidates"], o["windows"])
     ]
     for old_row, new_row in pairs:
         print(
-            f"{old_row['candidates']} candidates, {old_row['windows']} windows: new/old time "
-            f"{new_row['seconds'] / old_row['seconds']:.2f}, "
+            f"{old_row['candidates']} candidates, {old_row['windows']} windows: {new_row['impl']}/{old_row['impl']} "
+            f"time {new_row['seconds'] / old_row['seconds']:.2f}, "
             f"peak {new_row['peak_gb']:.2f} vs {old_row['peak_gb']:.2f} GB"
         )
         for name, metrics in old_row["results"].items():
