@@ -745,3 +745,22 @@ def test_output_check_measures_what_evaluating_all_candidates_at_once_measures(
     assert check.chosen == min(candidates, key=lambda name: together[name]["kl"])
     assert options == candidates[check.chosen]
     assert isinstance(model, ov.Model)
+
+
+def test_evaluate_all_at_once_gives_the_default_one_at_a_time_results(
+    compressed_dir: Path,
+    tiny_llm: tuple[Path, Any],  # noqa: F811
+    text_path: Path,  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = ["evaluate", compressed_dir, f"same={tiny_llm[0]}", "--reference", tiny_llm[0], "--text", text_path]
+    args += ["--windows", "2", "--window-size", "32"]
+    results = {}
+    for flags in ([], ["--all-at-once"]):
+        json_path = tmp_path / f"eval{len(flags)}.json"
+        code, _, err = run_cli([*args, *flags, "--json", json_path], capsys)
+        assert code == 0, err
+        rows = json.loads(json_path.read_text())["results"]
+        results[len(flags)] = {name: {k: m[k] for k in workflows.METRICS} for name, m in rows.items()}
+    assert results[0] == results[1] and list(results[0]) == ["fp", "int4_hqq", "same"]

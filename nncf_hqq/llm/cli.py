@@ -189,6 +189,12 @@ def _add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
         help=f"encoders: embed the first N non-empty, non-heading lines (default {encoders.DEFAULT_LINES})",
     )
     p.add_argument("--tokenizer", metavar="DIR", type=Path, help="tokenizer dir (default: the reference's dir)")
+    p.add_argument(
+        "--all-at-once",
+        action="store_true",
+        help="LLMs: compile every model at once and run the reference once (faster; memory grows with every "
+        "candidate); default: one candidate compiled at a time",
+    )
     p.add_argument("--json", type=Path, help="write the results as JSON")
     p.add_argument("--png", type=Path, help="draw the results as a PNG bar chart")
 
@@ -678,7 +684,16 @@ def run_evaluate(args: argparse.Namespace) -> int:
         _info(f"warning: {finding}")
 
     results = workflows.evaluate_against(
-        reference, candidates, tokenizer_dir, text, args.windows, args.window_size, args.reference_name, warn, timer
+        reference,
+        candidates,
+        tokenizer_dir,
+        text,
+        args.windows,
+        args.window_size,
+        args.reference_name,
+        warn,
+        timer,
+        one_at_a_time=not args.all_at_once,
     )
     _info(f"phases: {timer.summary()}")
     _out(workflows.format_table(results))
