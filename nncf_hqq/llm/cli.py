@@ -136,7 +136,12 @@ def _add_compress_arguments(p: argparse.ArgumentParser) -> None:
         f"sequence continues {SELF_CALIBRATION_DEFAULT.prompt_len} tokens of it (default: generate from BOS alone)",
     )
     p.add_argument("--subset-size", type=int, default=128, help="calibration samples (default 128)")
-    p.add_argument("--tokenizer", metavar="DIR", type=Path, help="tokenizer dir for --dataset (default: MODEL's)")
+    p.add_argument(
+        "--tokenizer",
+        metavar="DIR",
+        type=Path,
+        help="HF tokenizer dir for --dataset and for OUT's OpenVINO tokenizer IRs (default: MODEL's)",
+    )
     p.add_argument("--zero-point", choices=sorted(workflows.ZERO_POINT_FORMATS), help="HQQ zero point (default float)")
     p.add_argument("--no-hqq", action="store_true", help="plain NNCF (round to nearest) instead of HQQ")
     p.add_argument(
