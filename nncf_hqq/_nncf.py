@@ -50,6 +50,7 @@ from nncf.common.tensor_statistics.statistic_point import StatisticPointsContain
 from nncf.common.tensor_statistics.statistics import WCTensorStatistic
 from nncf.quantization.algorithms.weight_compression.activation_stats import process_stats
 from nncf.quantization.algorithms.weight_compression.algorithm import WeightCompression
+from nncf.quantization.algorithms.weight_compression.algorithm import check_user_compression_configuration
 from nncf.quantization.algorithms.weight_compression.backend import WeightCompressionAlgoBackend
 from nncf.quantization.algorithms.weight_compression.config import WeightCompressionConfig
 from nncf.quantization.algorithms.weight_compression.config import WeightCompressionParameters
@@ -138,6 +139,7 @@ __all__ = [
     "WeightCompressionAlgoBackend",
     "WeightCompressionConfig",
     "WeightCompressionParameters",
+    "check_user_compression_configuration",
     "check_versions",
     "compress_weight",
     "compress_weight_replaced",

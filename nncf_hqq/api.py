@@ -22,6 +22,7 @@ from nncf import IgnoredScope
 from nncf import SensitivityMetric
 from nncf.quantization.advanced_parameters import AdvancedCompressionParameters as NNCFAdvancedCompressionParameters
 
+from nncf_hqq._nncf import check_user_compression_configuration
 from nncf_hqq._nncf import check_versions
 from nncf_hqq._nncf import original_compress_weights
 from nncf_hqq.hqq import HQQ
@@ -145,7 +146,7 @@ def compress_weights(
         nncf_arguments["subset_size"] = self_calibration_subset_size(subset_size, self_calibration)
     if not hqq:
         validate_without_hqq(mode, hqq_params, target_parameters, advanced_parameters)
-        nncf_arguments["dataset"] = calibration_dataset(model, self_calibration, dataset)
+        nncf_arguments["dataset"] = calibration_dataset(model, self_calibration, nncf_arguments)
         return original_compress_weights(model, **nncf_arguments)
     validate_dataset_argument(dataset)
     low_bit = low_bit_mode(mode)
@@ -171,7 +172,7 @@ def compress_weights(
         scale_estimation_params.subset_size,
         scale_estimation_params,
     )
-    nncf_arguments["dataset"] = calibration_dataset(model, self_calibration, dataset)
+    nncf_arguments["dataset"] = calibration_dataset(model, self_calibration, nncf_arguments)
     with weight_compression_with_hqq(hqq_algorithm, torch_model, target_parameters):
         compressed = original_compress_weights(model, **nncf_arguments)
     if torch_model:
@@ -247,10 +248,14 @@ def validate_without_hqq(
         raise nncf.ValidationError(msg)
 
 
-def calibration_dataset(model: Any, self_calibration: SelfCalibration | None, dataset: Any) -> Dataset | None:
-    """The ``nncf.Dataset`` NNCF gets: ``dataset`` itself, or the model's self-generated one."""
+def calibration_dataset(
+    model: Any, self_calibration: SelfCalibration | None, nncf_arguments: dict[str, Any]
+) -> Dataset | None:
+    """The ``nncf.Dataset`` NNCF gets: the given one, or the model's self-generated one. Before generating (minutes
+    on a large model), NNCF's own check of the other arguments runs, so that a call NNCF refuses fails at once."""
     if self_calibration is None:
-        return dataset
+        return nncf_arguments["dataset"]
+    check_user_compression_configuration(**{**nncf_arguments, "dataset": Dataset([None])})
     return self_calibration_dataset(model, self_calibration)
 
 

@@ -335,3 +335,33 @@ def test_the_command_line_starts_generation_from_the_models_bos(
     assert options.self_calibration is not None
     assert options.self_calibration.start_token_ids == expected and options.self_calibration.num_samples == 16
     assert options.awq and options.scale_estimation
+
+
+@pytest.mark.parametrize("hqq", [False, True], ids=["without-hqq", "with-hqq"])
+@pytest.mark.parametrize(
+    ("changes", "error", "message"),
+    [
+        pytest.param({"ratio": 1.5}, nncf.ValidationError, "ratio should be between 0 and 1", id="bad-ratio"),
+        pytest.param(
+            {"mode": nncf.CompressWeightsMode.INT8_ASYM, "group_size": None},
+            nncf.ParameterNotSupportedError,
+            "INT8 modes do not support",
+            id="int8-with-awq",
+        ),
+    ],
+)
+def test_nncf_refuses_the_call_before_any_text_is_generated(
+    tiny_llm: tuple[Path, Any],  # noqa: F811
+    hqq: bool,
+    changes: dict[str, Any],
+    error: type[Exception],
+    message: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def generation(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("text was generated before NNCF checked the call")
+
+    monkeypatch.setattr(nncf_hqq.api, "self_calibration_dataset", generation)
+    arguments = {"mode": nncf.CompressWeightsMode.INT4_ASYM, "group_size": 32, **changes}
+    with pytest.raises(error, match=message):
+        nncf.compress_weights(_tiny_model(tiny_llm), dataset="self", awq=True, hqq=hqq, **arguments)
