@@ -26,7 +26,7 @@ import numpy as np
 
 #: The token rows of the data-aware case (small, to stay fast).
 TOKEN_ROWS = 8
-_AUTO_NAME = re.compile(r'((?:name|friendly_name)="[A-Za-z]+)_\d+"')
+_AUTO_NAME = re.compile(r'((?:name|friendly_name)="(?:[^"]*/)?[A-Za-z]+)_\d+"')
 
 
 @dataclass(frozen=True)
