@@ -396,12 +396,7 @@ def run_compress(args: argparse.Namespace) -> int:
         compress_seconds = time.perf_counter() - compress_start
         record = _compress_record(args, options, compress_seconds)
         record["output_check"] = check.record() if check is not None else None
-        tokenizer_dir = args.tokenizer or source.files_dir
-        copied = workflows.save_model_dir(
-            model, args.out, source.files_dir, record, tokenizer_dir=tokenizer_dir, log=_info, timer=timer
-        )
-    _info(f"phases: {timer.summary()}")
-    _zero_point_note(options)
+        copied = _save(args, model, source, record, options, timer)
     _out(f"Wrote {args.out / workflows.MODEL_XML} ({_describe_options(options, dataset is not None)})")
     if copied:
         _out(f"Copied from the source: {', '.join(copied)}")
@@ -415,6 +410,25 @@ def run_compress(args: argparse.Namespace) -> int:
 
 #: The modes whose HQQ zero points can be stored as float, split or integer (``--zero-point``).
 ZERO_POINT_MODES = ("int4_asym", "int8_asym")
+
+
+def _save(
+    args: argparse.Namespace,
+    model: Any,
+    source: workflows.SourceModel,
+    record: dict[str, Any],
+    options: CompressionOptions,
+    timer: StepTimer,
+) -> list[str]:
+    """Writes OUT (model, side files, tokenizer IRs, record), then the phase summary and the zero-point note on
+    stderr. Returns the names of the files copied from the source."""
+    tokenizer_dir = args.tokenizer or source.files_dir
+    copied = workflows.save_model_dir(
+        model, args.out, source.files_dir, record, tokenizer_dir=tokenizer_dir, log=_info, timer=timer
+    )
+    _info(f"phases: {timer.summary()}")
+    _zero_point_note(options)
+    return copied
 
 
 def _zero_point_note(options: CompressionOptions) -> None:
@@ -464,12 +478,7 @@ def _compress_encoder(
         "library": source.export.library if source.export is not None else None,
         "calibration_lines": sum(1 for _ in dataset.get_data()) if dataset is not None else 0,
     }
-    tokenizer_dir = args.tokenizer or source.files_dir
-    copied = workflows.save_model_dir(
-        model, args.out, source.files_dir, record, tokenizer_dir=tokenizer_dir, log=_info, timer=timer
-    )
-    _info(f"phases: {timer.summary()}")
-    _zero_point_note(options)
+    copied = _save(args, model, source, record, options, timer)
     _out(f"Wrote {args.out / workflows.MODEL_XML} (encoder: {described})")
     if copied:
         _out(f"Copied from the source: {', '.join(copied)}")
