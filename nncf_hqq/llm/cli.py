@@ -724,12 +724,18 @@ def run_evaluate(args: argparse.Namespace) -> int:
         "phase_seconds": timer.seconds,
         "versions": workflows.versions(),
     }
+    title = f"{args.windows} x {args.window_size}-token windows of {text.name}, reference {args.reference_name}"
+    _write_reports(args, record, title)
+    return 0
+
+
+def _write_reports(args: argparse.Namespace, record: dict[str, Any], title: str, charts: Any = None) -> None:
+    """``evaluate``'s ``--json`` (the whole record) and ``--png`` (its results, titled ``title``)."""
     if args.json is not None:
         _out(f"JSON: {workflows.write_json(args.json, record)}")
     if args.png is not None:
-        title = f"{args.windows} x {args.window_size}-token windows of {text.name}, reference {args.reference_name}"
-        _out(f"PNG: {workflows.write_png(args.png, results, title, args.reference_name)}")
-    return 0
+        extra = () if charts is None else (charts,)
+        _out(f"PNG: {workflows.write_png(args.png, record['results'], title, args.reference_name, *extra)}")
 
 
 def _evaluate_encoders(
@@ -761,12 +767,8 @@ def _evaluate_encoders(
         "phase_seconds": timer.seconds,
         "versions": workflows.versions(),
     }
-    if args.json is not None:
-        _out(f"JSON: {workflows.write_json(args.json, record)}")
-    if args.png is not None:
-        title = f"embeddings of {n_lines} lines of {text.name}, reference {args.reference_name}"
-        png = workflows.write_png(args.png, results, title, args.reference_name, encoders.ENCODER_CHARTS)
-        _out(f"PNG: {png}")
+    title = f"embeddings of {n_lines} lines of {text.name}, reference {args.reference_name}"
+    _write_reports(args, record, title, encoders.ENCODER_CHARTS)
     return 0
 
 
