@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import re
 from pathlib import Path
@@ -23,7 +22,7 @@ from nncf_hqq._nncf import WeightCompressionConfig
 from nncf_hqq.hqq import HQQ
 from nncf_hqq.hqq import all_finite
 from nncf_hqq.maths.conversion import decompress
-from nncf_hqq.openvino import backend as ov_backend
+from nncf_hqq.openvino import writer as ov_writer
 from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import HQQ_REFERENCE
 from nncf_hqq.parameters import LowBitMode
@@ -163,7 +162,7 @@ def test_writer_keeps_hqq_codes_as_nncf_would_encode_them(
     group_size = 32 if mode != CompressWeightsMode.INT8_SYM else -1
     kept = nncf.compress_weights(transformer_like(), mode=mode, group_size=group_size, hqq=True, hqq_params=params)
     assert not any(encoded)  # at most NNCF's own (backup-precision) layers were encoded, from scratch
-    monkeypatch.setattr(ov_backend, "codes_kept", lambda compressed: contextlib.nullcontext())
+    monkeypatch.setattr(ov_writer, "has_final_codes", lambda compressed, config: False)
     encoded.clear()
     encoded_again = nncf.compress_weights(
         transformer_like(), mode=mode, group_size=group_size, hqq=True, hqq_params=params
@@ -517,9 +516,10 @@ def test_low_bit_asymmetric_mode_with_mixed_precision() -> None:
 )
 def test_4bit_codes_are_packed_as_openvino_packs_them(mode: CompressWeightsMode, dtype: type, packed: bool) -> None:
     config = WeightCompressionConfig(mode=mode, group_size=32)
+    written_as = _nncf.OV_DTYPE_MAP[config.compression_dtype]
     low, high = (-8, 8) if dtype == np.int8 else (0, 16)
     codes = np.random.default_rng(0).integers(low, high, size=(6, 2, 32)).astype(dtype)
-    result = ov_backend.as_4bit_tensor(Tensor(codes), config)
+    result = ov_writer.packed_4bit_codes(Tensor(codes), written_as)
     if not packed:
         assert result.data is codes
         return
@@ -529,4 +529,4 @@ def test_4bit_codes_are_packed_as_openvino_packs_them(mode: CompressWeightsMode,
         opset.constant(result.data).get_data(), opset.constant(codes, dtype=element_type).get_data()
     )
     odd = Tensor(codes[:1, :1, :31].copy())  # an odd number of codes
-    assert ov_backend.as_4bit_tensor(odd, config).data is odd.data
+    assert ov_writer.packed_4bit_codes(odd, written_as).data is odd.data

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import os
 import re
@@ -94,7 +95,77 @@ def test_patch_touches_only_nncf(dest: Path) -> None:
         "nncf/quantization/algorithms/weight_compression/algorithm.py",
         "nncf/openvino/quantization/quantize_model.py",
         "nncf/torch/function_hook/quantization/quantize_model.py",
+        "nncf/quantization/algorithms/weight_compression/openvino_backend.py",
     }
+
+
+def nncf_module_patches(source: str) -> list[str]:
+    """Statements of ``source`` that replace something of NNCF at runtime: an assignment to (or deletion of) an
+    attribute of a name imported from NNCF (a module, class or function), or ``setattr``/``delattr`` on such a name
+    or on a module looked up at runtime (``importlib.import_module(...)``, ``sys.modules[...]``)."""
+    tree = ast.parse(source)
+    imported: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {(a.asname or a.name.split(".")[0]) for a in node.names if a.name.split(".")[0] == "nncf"}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "nncf":
+            imported |= {a.asname or a.name for a in node.names}
+
+    def is_nncf_object(node: ast.expr) -> bool:
+        while isinstance(node, ast.Attribute):
+            node = node.value
+        return (isinstance(node, ast.Name) and node.id in imported) or isinstance(node, ast.Call | ast.Subscript)
+
+    found = []
+    for node in ast.walk(tree):
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign | ast.Delete):
+            targets = node.targets
+        elif isinstance(node, ast.AugAssign | ast.AnnAssign):
+            targets = [node.target]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr"):
+            targets = [ast.Attribute(value=node.args[0], attr="?")] if node.args else []
+        if any(isinstance(t, ast.Attribute) and is_nncf_object(t.value) for t in targets):
+            found.append(ast.get_source_segment(source, node) or "")
+    return found
+
+
+@pytest.mark.parametrize(
+    ("source", "found"),
+    [
+        ("import nncf.a.b as m\nm.f = 1\n", True),
+        ("from nncf.a import b\nsetattr(b, 'f', 1)\n", True),
+        ("import importlib\nsetattr(importlib.import_module('nncf.a.b'), 'f', 1)\n", True),
+        ("from nncf.a import b\nb.c.f = 1\n", True),
+        ("from nncf.a.b import C\nC.f = 1\n", True),
+        ("from nncf.a.b import C\nc = C()\nc.f = 1\nobject.__setattr__(c, 'f', 1)\n", False),
+        ("import nncf.a.b as m\ndef f(self):\n    self.m = m.g()\n", False),
+    ],
+    ids=[
+        "module-attribute",
+        "setattr",
+        "setattr-on-a-module-imported-at-runtime",
+        "submodule-attribute",
+        "class-attribute",
+        "instance-attribute",
+        "own-attribute",
+    ],
+)
+def test_the_runtime_patch_check_finds_what_replaces_nncf_attributes(source: str, found: bool) -> None:
+    assert bool(nncf_module_patches(source)) == found
+
+
+def test_patched_tree_replaces_no_nncf_function_at_runtime(dest: Path) -> None:
+    """The patch calls NNCF as it is: no added module assigns to an attribute of what it imports from NNCF, and none
+    of the runtime replacement the out-of-tree package needs (nncf_hqq/openvino/writer.py) is in it."""
+    patch = (dest / "hqq.patch").read_text()
+    added = re.findall(r"^diff -ruN a/(\S+) b/\S+\n--- /dev/null$", patch, flags=re.MULTILINE)
+    assert len(added) > 20
+    patches = [f"{name}: {line}" for name in added for line in nncf_module_patches((dest / name).read_text())]
+    assert patches == []
+    added_lines = [line for line in patch.splitlines() if line.startswith("+")]
+    leftovers = ("runtime_patch", "_replaced(", "original_compress_weight", "nncf_hqq.openvino.writer")
+    assert [line for line in added_lines if any(word in line for word in leftovers)] == []
 
 
 def test_patch_applies_to_the_unpatched_package(dest: Path, tmp_path: Path) -> None:
@@ -130,3 +201,17 @@ def test_unplaceable_import_names_file_and_line() -> None:
     source = "import numpy\nfrom nncf_hqq.api import compress_weights\n"
     with pytest.raises(placement.PlacementError, match=r"x\.py:2: imports nncf_hqq\.api"):
         placement.rewrite_imports(source, "x.py", {})
+
+
+def test_copied_functions_carry_the_names_they_need_from_their_module() -> None:
+    """The writer's functions are copied into NNCF's file as they are; the build checks that the file binds what
+    they take from their module (parameters, locals and builtins excluded)."""
+    placement = load_upstream_module("placement")
+    source = "import numpy as np\n\n\ndef f(x: Shape) -> int:\n    y = np.zeros(x)\n    return len(y) + g(y)\n\n\n"
+    source += "def g(y):\n    return [v for v in y][0]\n"
+    text, uses = placement.copied_functions(source, ("g", "f"), "w.py")
+    assert text.index("def g(") < text.index("def f(")
+    assert uses == {"f": {"Shape", "np", "g"}, "g": set()}
+    assert placement.module_bindings(source) == {"np", "f", "g"}
+    with pytest.raises(placement.PlacementError, match=r"w\.py: defines no function h"):
+        placement.copied_functions(source, ("h",), "w.py")

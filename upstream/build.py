@@ -2,7 +2,8 @@
 
 Takes the installed nncf 3.4.0 package (the wheel holds all of its source) and writes
 - ``DEST/nncf/``: a copy of it with the ``nncf_hqq`` library placed in its tree (``placement.py``: which module goes
-  where, imports rewritten to NNCF's modules) and NNCF's call sites changed (``nncf_edits.py``: anchored edits);
+  where, imports rewritten to NNCF's modules) and NNCF's call sites changed (``nncf_edits.py``: anchored edits; the
+  OpenVINO writer's with functions copied from ``nncf_hqq/openvino/writer.py``);
 - ``DEST/hqq.patch``: the change as a unified diff against the unpatched package (paths ``a/nncf/...``,
   ``b/nncf/...``);
 - ``DEST/tests/openvino/native/quantization/test_hqq_compression.py``: HQQ's tests in NNCF's style, to run inside
@@ -34,14 +35,6 @@ MARKER = ".nncf_hqq_build"
 EXPECTED_NNCF = "3.4.0"
 #: Lines of placed modules that still name ``nncf_hqq`` (docstrings about the out-of-tree package), for review.
 MENTIONS: list[str] = []
-RUNTIME_PATCH_DOC = '''"""The runtime replacement of the OpenVINO writer's encoder that
-``hqq_openvino.backend.codes_kept`` uses while it writes HQQ's precomputed codes (so that NNCF's writer does not
-encode the weight again).
-
-Extracted from ``nncf_hqq/_nncf.py`` by upstream/build.py. A known gap of this patch: NNCF's writer would instead
-take precomputed codes as they are (docs/upstreaming.md).
-"""
-'''
 
 
 class BuildError(Exception):
@@ -100,12 +93,24 @@ def place_library(root: Path) -> list[Path]:
         written.append(write_module(root, target, source, label))
     for package, doc in placement.GENERATED_PACKAGES.items():
         written.append(write_module(root, placement.target_path(package, True), f'"""{doc}"""\n', None))
-    shim = placement.extract_definitions(
-        modules["_nncf"].read_text(), placement.RUNTIME_PATCH_NAMES, "nncf_hqq/_nncf.py"
-    )
-    patch_path = placement.target_path(placement.RUNTIME_PATCH_MODULE, False)
-    written.append(write_module(root, patch_path, RUNTIME_PATCH_DOC + "\n" + shim, "nncf_hqq/_nncf.py"))
     return written
+
+
+def edit_nncf(root: Path) -> list[str]:
+    """Applies the edits of NNCF's files to the tree at ``root``, the OpenVINO writer's with the functions copied
+    from ``nncf_hqq/openvino/writer.py``; returns the files changed. A copied function that uses a name the edited
+    file does not bind stops the build."""
+    label = nncf_edits.WRITER_SOURCE
+    source = (REPO / label).read_text()
+    functions, uses = placement.copied_functions(source, nncf_edits.WRITER_FUNCTIONS, label)
+    MENTIONS.extend(f"{nncf_edits.OV_BACKEND}: {line}" for line in placement.remaining_mentions(functions))
+    changed = nncf_edits.apply_edits(root, nncf_edits.ALL_EDITS + nncf_edits.writer_edits(functions))
+    bound = placement.module_bindings((root / nncf_edits.OV_BACKEND).read_text())
+    unbound = {f"{name}: {sorted(used - bound)}" for name, used in uses.items() if used - bound}
+    if unbound:
+        msg = f"{label}: functions copied into {nncf_edits.OV_BACKEND} use names it does not bind: {sorted(unbound)}"
+        raise BuildError(msg)
+    return changed
 
 
 def write_module(root: Path, target: Path, text: str, origin: str | None) -> Path:
@@ -167,7 +172,7 @@ def build(dest: Path) -> dict[str, object]:
         copy_package(source, pristine / "nncf")
         copy_package(source, dest / "nncf")
         added = place_library(dest)
-        changed = nncf_edits.apply_edits(dest, nncf_edits.ALL_EDITS)
+        changed = edit_nncf(dest)
         test_file = write_tests(dest)
         compile_all([dest / p for p in added] + [dest / p for p in changed] + [test_file])
         patch = unified_diff(pristine, dest)

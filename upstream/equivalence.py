@@ -31,7 +31,8 @@ _AUTO_NAME = re.compile(r'((?:name|friendly_name)="(?:[^"]*/)?[A-Za-z]+)_\d+"')
 
 @dataclass(frozen=True)
 class Case:
-    """One compression: NNCF's arguments, whether HQQ is on, HQQ's token rows, the model's MoE block."""
+    """One compression: NNCF's arguments, whether HQQ is on, HQQ's token rows and other parameters, the model's MoE
+    block."""
 
     name: str
     hqq: bool
@@ -40,10 +41,24 @@ class Case:
     token_rows: int = 0
     moe: bool = True
     torch: bool = False
+    hqq_params: dict[str, Any] = field(default_factory=dict)
+
+    def hqq_parameters(self) -> dict[str, Any]:
+        """HQQ's parameters other than the defaults (token rows included)."""
+        rows = {"calibration_token_rows": self.token_rows} if self.token_rows else {}
+        return {**self.hqq_params, **rows}
 
 
+#: HQQ's codes through NNCF's OpenVINO writer, which must write them as they are: integer zero points (the
+#: default float ones are HQQ's own subgraph) and symmetric codes (i4), both after ``unit_gain`` (the default), where
+#: encoding the weight again from the stored scale would change codes.
+WRITER_CASES = (
+    Case("hqq_int4_asym_integer_zero_point", True, hqq_params={"zero_point_format": "integer"}),
+    Case("hqq_int4_sym_g64", True, {"mode": "INT4_SYM"}),
+)
 CASES = (
     Case("hqq_int4_asym_g64", True),
+    *WRITER_CASES,
     Case("hqq_awq_se_token_rows", True, {"awq": True, "scale_estimation": True}, True, TOKEN_ROWS, moe=False),
     Case("int4_asym_g64", False),
     Case("int4_asym_awq_se", False, {"awq": True, "scale_estimation": True}, True, moe=False),
@@ -102,8 +117,8 @@ def compress_patched(case: Case) -> Any:
     from nncf.quantization.advanced_parameters import AdvancedHQQParameters
 
     arguments = nncf_arguments(case)
-    if case.token_rows:
-        hqq_params = AdvancedHQQParameters(calibration_token_rows=case.token_rows)
+    if case.hqq_parameters():
+        hqq_params = AdvancedHQQParameters(**case.hqq_parameters())
         arguments["advanced_parameters"] = AdvancedCompressionParameters(hqq_params=hqq_params)
     if case.hqq:
         arguments["hqq"] = True
@@ -119,8 +134,8 @@ def compress_reference(case: Case) -> Any:
     arguments = nncf_arguments(case)
     if not case.hqq:  # NNCF's own function (nncf_hqq replaces nncf.compress_weights, not this one)
         return nncf_compress_weights(model_of(case), **arguments)
-    if case.token_rows:
-        arguments["hqq_params"] = nncf_hqq.HQQParameters(calibration_token_rows=case.token_rows)
+    if case.hqq_parameters():
+        arguments["hqq_params"] = nncf_hqq.HQQParameters(**case.hqq_parameters())
     return nncf_hqq.compress_weights(model_of(case), hqq=True, **arguments)
 
 

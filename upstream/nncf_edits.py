@@ -14,11 +14,15 @@ What changes:
   collected with NNCF's and scaled by AWQ like NNCF's, its weights checked and planned before anything is written,
   "(HQQ)" in the progress bar, ``hqq`` in the dumped parameters (only when on);
 - ``nncf/openvino/quantization/quantize_model.py`` and ``nncf/torch/function_hook/quantization/quantize_model.py``:
-  ``compress_weights_impl(..., hqq=False)`` builds ``WeightCompression(..., hqq=hqq)``.
+  ``compress_weights_impl(..., hqq=False)`` builds ``WeightCompression(..., hqq=hqq)``;
+- ``nncf/quantization/algorithms/weight_compression/openvino_backend.py`` (``writer_edits``): the OpenVINO writer
+  writes a precomputed weight's final integer codes as they are instead of encoding the weight again, through
+  functions the build copies from ``nncf_hqq/openvino/writer.py`` (``WRITER_FUNCTIONS``).
 """
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +31,7 @@ ADVANCED_PARAMETERS = "nncf/quantization/advanced_parameters.py"
 ALGORITHM = "nncf/quantization/algorithms/weight_compression/algorithm.py"
 OV_QUANTIZE_MODEL = "nncf/openvino/quantization/quantize_model.py"
 PT_QUANTIZE_MODEL = "nncf/torch/function_hook/quantization/quantize_model.py"
+OV_BACKEND = "nncf/quantization/algorithms/weight_compression/openvino_backend.py"
 WC = "nncf.quantization.algorithms.weight_compression"
 
 
@@ -393,3 +398,46 @@ IMPL_EDITS = [
 ]
 
 ALL_EDITS = COMPRESS_WEIGHTS_EDITS + ADVANCED_PARAMETERS_EDITS + WEIGHT_COMPRESSION_EDITS + IMPL_EDITS
+
+
+# --- nncf/quantization/algorithms/weight_compression/openvino_backend.py -----------------------------------------
+
+#: The functions of ``nncf_hqq/openvino/writer.py`` that the build copies into ``OV_BACKEND``, in this order.
+WRITER_SOURCE = "nncf_hqq/openvino/writer.py"
+WRITER_FUNCTIONS = ("has_final_codes", "final_codes", "packed_4bit_codes")
+
+#: Where NNCF's OpenVINO writer encodes a weight (with a precomputed scale and zero point, if given).
+WRITER_ENCODING = (
+    "        with disable_results_caching(OV_MODEL_CACHE):\n"
+    "            compressed_weight = compress_weight(\n"
+    "                weight,\n"
+    "                reduction_axes,\n"
+    "                compression_config,\n"
+    "                precomputed_compressed_weight,\n"
+    "            )\n"
+)
+
+
+def writer_edits(functions: str) -> list[Edit]:
+    """
+    The OpenVINO writer's change: ``functions`` (the source of ``WRITER_FUNCTIONS``) go before the backend class
+    with the imports they need, and ``_create_compression_subgraph`` writes final codes (``has_final_codes``) as
+    they are instead of encoding the weight. Without final codes (every NNCF step: Scale Estimation and GPTQ give
+    scales and zero points only) the writer does what it did.
+    """
+    return [
+        insert_before(OV_BACKEND, "import openvino as ov\n", "import numpy as np\n"),
+        insert_after(OV_BACKEND, "from nncf.tensor import Tensor\n", "from nncf.tensor import TensorBackend\n"),
+        insert_before(
+            OV_BACKEND, "class OVWeightCompressionAlgoBackend(WeightCompressionAlgoBackend):\n", functions + "\n\n"
+        ),
+        Edit(
+            OV_BACKEND,
+            WRITER_ENCODING,
+            "        if has_final_codes(precomputed_compressed_weight, compression_config):\n"
+            "            # codes computed by an earlier step (HQQ) are final: written as they are, not encoded again\n"
+            "            element_type = DTYPE_MAP[compression_config.compression_dtype]\n"
+            "            compressed_weight = final_codes(precomputed_compressed_weight, element_type)\n"
+            "        else:\n" + textwrap.indent(WRITER_ENCODING, "    "),
+        ),
+    ]

@@ -3,14 +3,15 @@
 Every module of the library is either placed (``PLACEMENT``: our module path -> NNCF module path) or left out
 (``LEFT_OUT``, with the reason); a module in neither is an error, so a new module of the library needs a decision
 before the next build. Imports of ``nncf_hqq`` modules are rewritten to the placed paths, and imports from
-``nncf_hqq._nncf`` (the one module that imports NNCF internals) to the NNCF module each name comes from. The few
-names ``_nncf`` defines itself and a placed module uses are extracted, with what they need, into one generated
-module (``RUNTIME_PATCH_MODULE``). An import that cannot be mapped stops the build, naming the file and the line.
+``nncf_hqq._nncf`` (the one module that imports NNCF internals) to the NNCF module each name comes from. A name
+of a left-out module that stands in for NNCF's own as the pull request changes it (``NNCF_EQUIVALENTS``) is
+imported from NNCF. An import that cannot be mapped stops the build, naming the file and the line.
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,13 +56,16 @@ LEFT_OUT: dict[str, str] = {
     "torch.__init__": "imports the checkpoint helpers; hqq_torch gets a generated package docstring",
     "torch.checkpoint": "saving a compressed Torch model's structure (NNCF's decompressors are not serializable)",
     "torch.huggingface": "the transformers quantization method for those checkpoints",
+    "openvino.writer": "NNCF's OpenVINO writer keeping final codes, done from outside NNCF; the patch edits the "
+    "writer in openvino_backend.py (nncf_edits.py), into which the build copies the functions it calls",
 }
 LEFT_OUT_PACKAGES = ("llm",)
 
-#: Names that ``_nncf`` defines itself and a placed module may import: the runtime replacement of the OpenVINO
-#: writer's encoder (``codes_kept`` in ``openvino/backend.py``), extracted into ``RUNTIME_PATCH_MODULE``.
-RUNTIME_PATCH_NAMES = ("compress_weight_replaced", "original_compress_weight")
-RUNTIME_PATCH_MODULE = f"{WC}.hqq_openvino.runtime_patch"
+#: Names of left-out modules that placed modules import, and the NNCF names they stand for in NNCF's tree: what
+#: the out-of-tree package does from outside NNCF, the patch does in NNCF's own file.
+NNCF_EQUIVALENTS: dict[tuple[str, str], tuple[str, str]] = {
+    ("openvino.writer", "OVWeightCompressionAlgoBackend"): (f"{WC}.openvino_backend", "OVWeightCompressionAlgoBackend"),
+}
 
 #: Package docstrings written for NNCF packages that have no ``__init__`` of ours.
 GENERATED_PACKAGES: dict[str, str] = {
@@ -156,14 +160,15 @@ def _placed_import(module: str, alias: ast.alias, origins: dict[str, Origin], wh
     """The NNCF import of one name that ``from module import alias`` imports from the library."""
     bound = alias.asname or alias.name
     if module == "nncf_hqq._nncf":
-        if alias.name in RUNTIME_PATCH_NAMES:
-            return _import_line(RUNTIME_PATCH_MODULE, alias.name, bound)
         origin = origins.get(alias.name)
         if origin is None:
-            msg = f"{where}: nncf_hqq._nncf.{alias.name} is not an NNCF import, nor in RUNTIME_PATCH_NAMES"
+            msg = f"{where}: nncf_hqq._nncf.{alias.name} is not an NNCF import (placed modules use NNCF's names only)"
             raise PlacementError(msg)
         return _import_line(origin.module, origin.name, bound)
     relative = module.removeprefix("nncf_hqq").lstrip(".")
+    equivalent = NNCF_EQUIVALENTS.get((relative, alias.name))
+    if equivalent is not None:
+        return _import_line(*equivalent, bound)
     if relative not in PLACEMENT:
         reason = LEFT_OUT.get(relative, "not placed")
         msg = f"{where}: imports {module}, which is not in NNCF's tree ({reason})"
@@ -180,11 +185,13 @@ _REFERENCE = re.compile(r"\bnncf_hqq((?:\.[A-Za-z_]\w*)+)")
 
 def rewrite_references(source: str) -> str:
     """Dotted references to placed modules in docstrings and comments (``nncf_hqq.maths.solver.hqq_solve``) point
-    to their NNCF paths; other mentions of ``nncf_hqq`` are left as they are."""
+    to their NNCF paths; other mentions of ``nncf_hqq`` (left-out modules included) are left as they are."""
 
     def replace(match: re.Match[str]) -> str:
         parts = match.group(1).lstrip(".").split(".")
         for cut in range(len(parts), 0, -1):
+            if ".".join(parts[:cut]) in LEFT_OUT:
+                return match.group(0)  # not in NNCF's tree: left as it is (and listed by the build)
             placed = PLACEMENT.get(".".join(parts[:cut]))
             if placed is not None:
                 return ".".join([placed, *parts[cut:]])
@@ -198,33 +205,37 @@ def remaining_mentions(source: str) -> list[str]:
     return [line.strip() for line in source.splitlines() if "nncf_hqq" in line]
 
 
-def extract_definitions(source: str, names: tuple[str, ...], label: str) -> str:
-    """The module-level statements of ``source`` that define ``names`` and everything they use from the module
-    (imports included), in their original order: a self-contained module."""
-    tree = ast.parse(source)
-    statements = [s for s in tree.body if not _is_docstring(s)]
-    binds = {id(s): _bound_names(s) for s in statements}
-    wanted, needed = set(names), set(names)
-    while wanted:
-        name = wanted.pop()
-        definers = [s for s in statements if name in binds[id(s)]]
-        if not definers and name in names:
-            msg = f"{label}: defines no {name}"
-            raise PlacementError(msg)
-        for statement in definers:
-            used = {n.id for n in ast.walk(statement) if isinstance(n, ast.Name)} - needed
-            needed |= used
-            wanted |= used
-    kept = [s for s in statements if binds[id(s)] & needed or _is_future_import(s)]
+def copied_functions(source: str, names: tuple[str, ...], label: str) -> tuple[str, dict[str, set[str]]]:
+    """The source of the module-level functions ``names`` of ``source``, in that order (two blank lines between
+    them), and by function the names it takes from its module, which the file it is copied into must bind."""
+    functions = {s.name: s for s in ast.parse(source).body if isinstance(s, ast.FunctionDef)}
     lines = source.splitlines()
-    text, previous_import = "", True
-    for statement in kept:
-        start = min([statement.lineno] + [d.lineno for d in getattr(statement, "decorator_list", [])])
-        is_import = isinstance(statement, ast.Import | ast.ImportFrom)
-        separator = "" if not text else "\n" if is_import and previous_import else "\n\n\n"
-        text += separator + "\n".join(lines[start - 1 : statement.end_lineno])
-        previous_import = is_import
-    return text + "\n"
+    chunks: list[str] = []
+    uses: dict[str, set[str]] = {}
+    for name in names:
+        function = functions.get(name)
+        if function is None:
+            msg = f"{label}: defines no function {name}"
+            raise PlacementError(msg)
+        start = min([function.lineno] + [d.lineno for d in function.decorator_list])
+        chunks.append("\n".join(lines[start - 1 : function.end_lineno]) + "\n")
+        uses[name] = free_names(function)
+    return "\n\n".join(chunks), uses
+
+
+def free_names(function: ast.FunctionDef) -> set[str]:
+    """The names ``function`` reads (annotations included) that it does not bind itself and are not builtins."""
+    arguments = function.args
+    parameters = [*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs, arguments.vararg, arguments.kwarg]
+    bound = {a.arg for a in parameters if a is not None}
+    names = [n for n in ast.walk(function) if isinstance(n, ast.Name)]
+    bound |= {n.id for n in names if not isinstance(n.ctx, ast.Load)}
+    return {n.id for n in names if isinstance(n.ctx, ast.Load)} - bound - set(dir(builtins))
+
+
+def module_bindings(source: str) -> set[str]:
+    """The names bound at the module level of ``source``: imports, definitions, assignments."""
+    return {name for statement in ast.parse(source).body for name in _bound_names(statement)}
 
 
 def _bound_names(statement: ast.stmt) -> set[str]:
@@ -236,11 +247,3 @@ def _bound_names(statement: ast.stmt) -> set[str]:
         targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
         return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
     return set()
-
-
-def _is_docstring(statement: ast.stmt) -> bool:
-    return isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant)
-
-
-def _is_future_import(statement: ast.stmt) -> bool:
-    return isinstance(statement, ast.ImportFrom) and statement.module == "__future__"

@@ -3,32 +3,26 @@
 ``HQQOVBackend`` is NNCF's OpenVINO weight-compression backend with two additions:
 - it answers ``HQQAlgoBackend``'s questions from the OpenVINO graph (``nncf_hqq.openvino.graph``);
 - it writes HQQ's compressed weights: a float zero point as an f16 decompression subgraph
-  (``nncf_hqq.openvino.decompression``), anything else through NNCF's own writer with HQQ's codes kept as they are;
+  (``nncf_hqq.openvino.decompression``), anything else through NNCF's own writer (``OVWeightCompressionAlgoBackend``),
+  which writes HQQ's codes as they are;
   with ``ZeroPointFormat.SPLIT`` the f16 zero points are then split into integer ones plus output corrections
   (``nncf_hqq.openvino.split``).
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterable
-from collections.abc import Iterator
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import openvino as ov
 from nncf.tensor import Tensor
-from nncf.tensor import TensorBackend
 
-from nncf_hqq._nncf import OV_DTYPE_MAP
 from nncf_hqq._nncf import CompressedWeight
 from nncf_hqq._nncf import NNCFGraph
-from nncf_hqq._nncf import OVWeightCompressionAlgoBackend
 from nncf_hqq._nncf import WeightCompressionConfig
 from nncf_hqq._nncf import WeightCompressionParameters
-from nncf_hqq._nncf import compress_weight_replaced
-from nncf_hqq._nncf import original_compress_weight
 from nncf_hqq.hqq import HQQ
 from nncf_hqq.hqq import HQQAlgoBackend
 from nncf_hqq.openvino.decompression import float_zero_point_decompression
@@ -36,6 +30,7 @@ from nncf_hqq.openvino.decompression import is_float_zero_point
 from nncf_hqq.openvino.graph import attention_role
 from nncf_hqq.openvino.graph import norm_gain_importance
 from nncf_hqq.openvino.split import split_float_zero_points
+from nncf_hqq.openvino.writer import OVWeightCompressionAlgoBackend
 from nncf_hqq.parameters import AttentionRole
 from nncf_hqq.parameters import ZeroPointFormat
 
@@ -90,17 +85,16 @@ class HQQOVBackend(HQQAlgoBackend, OVWeightCompressionAlgoBackend):
     ) -> tuple[ov.Node, CompressedWeight]:
         compressed = precomputed_compressed_weight
         if compressed is None or not is_float_zero_point(compressed):
-            with codes_kept(compressed):
-                return super()._create_compression_subgraph(
-                    weight,
-                    compression_config,
-                    reduction_axes,
-                    const_node_name,
-                    weight_port_id,
-                    const_dtype,
-                    should_add_convert_node,
-                    compressed,
-                )
+            return super()._create_compression_subgraph(
+                weight,
+                compression_config,
+                reduction_axes,
+                const_node_name,
+                weight_port_id,
+                const_dtype,
+                should_add_convert_node,
+                compressed,
+            )
         output_type = const_dtype if should_add_convert_node else None
         bits = self.hqq.bits(compression_config)
         self.float_zero_point_weights.add(const_node_name)
@@ -108,43 +102,3 @@ class HQQOVBackend(HQQAlgoBackend, OVWeightCompressionAlgoBackend):
             compressed, bits, tuple(weight.shape), const_node_name, weight_port_id, output_type
         )
         return node, compressed
-
-
-@contextlib.contextmanager
-def codes_kept(compressed: CompressedWeight | None) -> Iterator[None]:
-    """While NNCF's OpenVINO writer writes ``compressed``, its ``compress_weight`` returns it as it is.
-
-    Given precomputed parameters, NNCF's writer encodes the weight again (a compiled model per weight, as long as
-    its RTN). HQQ's codes are the nearest codes of the parameters it stores, except after ``unit_gain``, where the
-    stored scale is not the one the codes were chosen for: encoding again would change the weight
-    (tests/test_api.py::test_model_computes_hqq_unit_gain_weights).
-    """
-    if compressed is None:
-        yield
-        return
-
-    def keep(
-        weight: Tensor, axes: Any, config: WeightCompressionConfig, precomputed: CompressedWeight | None = None
-    ) -> CompressedWeight:
-        if precomputed is None or precomputed is not compressed:
-            return original_compress_weight(weight, axes, config, precomputed)
-        return CompressedWeight(as_4bit_tensor(precomputed.tensor, config), precomputed.scale, precomputed.zero_point)
-
-    with compress_weight_replaced(keep):
-        yield
-
-
-def as_4bit_tensor(codes: Tensor, config: WeightCompressionConfig) -> Tensor:
-    """int8/uint8 codes of a 4-bit mode as an OpenVINO i4/u4 tensor, packed two per byte (low nibble first) in
-    numpy, which NNCF writes as it is; building the constant from int8 data instead packs element by element, much
-    slower. Other modes, and odd sizes, keep their codes as they are."""
-    element_type = OV_DTYPE_MAP[config.compression_dtype]
-    if element_type not in (ov.Type.i4, ov.Type.u4) or config.is_symmetric_represented_by_unsigned:
-        return codes
-    data = np.ascontiguousarray(codes.as_numpy_tensor().data if codes.backend == TensorBackend.ov else codes.data)
-    if data.size % 2 or data.dtype not in (np.int8, np.uint8):
-        return codes
-    flat = data.reshape(-1).view(np.uint8)
-    packed = ov.Tensor(element_type, list(data.shape))
-    np.bitwise_or(flat[0::2] & 0x0F, flat[1::2] << 4, out=packed.data.reshape(-1).view(np.uint8))
-    return Tensor(packed)
