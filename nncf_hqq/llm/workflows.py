@@ -447,10 +447,11 @@ def model_kind(model: str) -> str:
 def source_model(
     model: str, log: Callable[[str], None] | None = None, timer: StepTimer | None = None, task: str | None = None
 ) -> Iterator[SourceModel]:
-    """The IR of ``model``: an IR ``.xml``, an IR dir, or a HF dir / hub id exported (fp32) into a temporary dir
-    (timed as the phase ``export`` by ``timer``) for the task optimum infers (``task`` overrides it): a causal LM
-    with its KV cache, or an encoder (a sentence-transformers model with its pooling and Dense / Normalize
-    modules). Any other task, and a family the installed stack cannot export for it, are refused before loading."""
+    """The IR of ``model``: an IR ``.xml``, an IR dir, or a HF dir / hub id exported (weights in the checkpoint's
+    precision) into a temporary dir (timed as the phase ``export`` by ``timer``) for the task optimum infers
+    (``task`` overrides it): a causal LM with its KV cache, or an encoder (a sentence-transformers model with its
+    pooling and Dense / Normalize modules). Any other task, and a family the installed stack cannot export for it,
+    are refused before loading."""
     kind = model_kind(model)
     path = Path(model).expanduser()
     if kind == "ir_xml":
@@ -463,7 +464,8 @@ def source_model(
     model_type = models.hf_model_type(path) if kind == "hf_dir" else None
     with tempfile.TemporaryDirectory(prefix="nncf-hqq-export-") as tmp:
         if log is not None:
-            log(f"Exporting {model} to OpenVINO IR (fp32) with optimum-intel as {export.describe()}")
+            what = export.describe()
+            log(f"Exporting {model} to OpenVINO IR (weights in the checkpoint's precision) with optimum-intel: {what}")
         try:
             with (timer or StepTimer(lambda _: None)).step(EXPORT_PHASE):
                 source = path if kind == "hf_dir" else model

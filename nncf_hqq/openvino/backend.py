@@ -29,6 +29,7 @@ from nncf_hqq.openvino.decompression import float_zero_point_decompression
 from nncf_hqq.openvino.decompression import is_float_zero_point
 from nncf_hqq.openvino.graph import attention_role
 from nncf_hqq.openvino.graph import norm_gain_importance
+from nncf_hqq.openvino.pages import release_file_pages
 from nncf_hqq.openvino.split import split_float_zero_points
 from nncf_hqq.openvino.writer import OVWeightCompressionAlgoBackend
 from nncf_hqq.parameters import AttentionRole
@@ -51,6 +52,14 @@ class HQQOVBackend(HQQAlgoBackend, OVWeightCompressionAlgoBackend):
 
     def attention_role(self, wp: WeightCompressionParameters) -> AttentionRole | None:
         return attention_role(self.name_to_node_mapping[wp.weight_name])
+
+    def release_weight(self, wp: WeightCompressionParameters) -> None:
+        release_constant_pages(self.name_to_node_mapping[wp.weight_name])
+
+    def _replace_node(self, const_node: ov.Node, new_node: ov.Node) -> None:
+        """NNCF's replacement of a weight by its compressed subgraph, then the weight's pages dropped."""
+        super()._replace_node(const_node, new_node)
+        release_constant_pages(const_node)
 
     def transform_model(
         self,
@@ -102,3 +111,10 @@ class HQQOVBackend(HQQAlgoBackend, OVWeightCompressionAlgoBackend):
             compressed, bits, tuple(weight.shape), const_node_name, weight_port_id, output_type
         )
         return node, compressed
+
+
+def release_constant_pages(node: ov.Node) -> None:
+    """Drops the resident pages of a constant when they are those of the model's IR file
+    (``nncf_hqq.openvino.pages``): compressing a model read from disk then holds one weight's pages at a time."""
+    if node.get_type_name() == "Constant":
+        release_file_pages(node.get_tensor_view().data)

@@ -1,0 +1,69 @@
+"""Dropping the resident pages of weights read from a memory-mapped IR file, once they have been read.
+
+OpenVINO maps an IR's ``.bin`` file into memory (read-only, shared) and its constants are views of that mapping.
+Every page a compression reads stays resident, and counted in the process's memory, until the model is freed: at
+the end, the whole checkpoint. ``release_file_pages`` tells the kernel the process no longer needs the pages of an
+array that lies in such a mapping (``madvise(MADV_DONTNEED)``). Nothing changes for the program: the mapping
+stays, and a later read of the array faults the same bytes in again from the file. Anything else (an array in
+anonymous or writable memory, another operating system) is left as it is: there, dropping pages could lose data.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import mmap
+import sys
+from typing import Any
+
+import numpy as np
+
+MADV_DONTNEED = 4
+#: Arrays smaller than this are not worth a system call.
+MIN_BYTES = 1 << 20
+
+
+@functools.cache
+def _madvise() -> Any | None:
+    """libc's ``madvise`` on Linux, else None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
+    function = libc.madvise
+    function.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    function.restype = ctypes.c_int
+    return function
+
+
+def read_only_file_mapping(begin: int, end: int, maps: str) -> bool:
+    """Whether ``[begin, end)`` lies within one mapping of ``maps`` (``/proc/self/maps``'s text) that is a file,
+    mapped without write permission."""
+    for line in maps.splitlines():
+        fields = line.split(maxsplit=5)
+        low, high = (int(x, 16) for x in fields[0].split("-"))
+        if low <= begin and end <= high:
+            path = fields[5].strip() if len(fields) == 6 else ""
+            return fields[1][1] == "-" and path.startswith("/") and not path.endswith("(deleted)")
+    return False
+
+
+def release_file_pages(array: np.ndarray) -> bool:
+    """Drops the resident whole pages of ``array`` when it lies in a read-only file mapping; returns whether it did.
+
+    Only the pages entirely inside the array are dropped (its neighbours' bytes stay resident).
+    """
+    madvise = _madvise()
+    if madvise is None or array.nbytes < MIN_BYTES or array.flags.owndata or not array.flags.c_contiguous:
+        return False
+    address = int(array.__array_interface__["data"][0])
+    with open("/proc/self/maps", encoding="ascii", errors="replace") as maps:
+        if not read_only_file_mapping(address, address + array.nbytes, maps.read()):
+            return False
+    page = mmap.PAGESIZE
+    begin = -(-address // page) * page
+    end = (address + array.nbytes) // page * page
+    return end > begin and madvise(ctypes.c_void_p(begin), ctypes.c_size_t(end - begin), MADV_DONTNEED) == 0

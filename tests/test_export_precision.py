@@ -1,0 +1,92 @@
+"""A HF checkpoint is exported in its own precision (bf16 stays bf16), and compresses from there to what the fp32
+export gives."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import openvino as ov
+import pytest
+
+from nncf_hqq.llm import models
+from nncf_hqq.llm.cli import main as cli_main
+
+pytest.importorskip("optimum.intel")
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def bf16_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Llama saved in bf16 (as released checkpoints are), without a tokenizer."""
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(
+        vocab_size=128,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        bos_token_id=1,
+        eos_token_id=2,
+        tie_word_embeddings=False,
+    )
+    model = transformers.LlamaForCausalLM(config).to(torch.bfloat16).eval()
+    path = tmp_path_factory.mktemp("bf16") / "hf"
+    model.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def exports(bf16_checkpoint: Path) -> dict[str, Path]:
+    root = bf16_checkpoint.parent
+    return {
+        dtype: models.export_to_openvino(bf16_checkpoint, root / f"ov_{dtype}", dtype=dtype)
+        for dtype in (models.CHECKPOINT_PRECISION, "fp32")
+    }
+
+
+def _constants(ir_xml: Path, types: tuple[ov.Type, ...], two_d: bool = False) -> list[tuple[tuple[int, ...], bytes]]:
+    """Shape and f32 bytes of every constant of ``types``, sorted: the bf16 export names its weights differently
+    (``*._openvino_orig_weight``), so the weights are compared as a multiset of values."""
+    model = ov.Core().read_model(ir_xml)
+    out = []
+    for op in model.get_ops():
+        if op.get_type_name() != "Constant" or op.get_element_type() not in types:
+            continue
+        if two_d and len(op.get_output_shape(0)) != 2:
+            continue
+        data = op.get_data(dtype=np.float32) if op.get_element_type() == ov.Type.bf16 else op.data
+        out.append((tuple(op.get_output_shape(0)), np.ascontiguousarray(data).tobytes()))
+    return sorted(out)
+
+
+def test_the_checkpoint_precision_is_kept_and_values_match_the_fp32_export(exports: dict[str, Path]) -> None:
+    kept_xml, fp32_xml = (exports[d] / "openvino_model.xml" for d in (models.CHECKPOINT_PRECISION, "fp32"))
+    assert models.weight_precision(ov.Core().read_model(kept_xml)) == "bf16"
+    assert models.weight_precision(ov.Core().read_model(fp32_xml)) == "f32"
+    kept = _constants(kept_xml, (ov.Type.bf16,), two_d=True)
+    assert len(kept) >= 14  # 7 MatMuls a layer, embeddings, lm_head
+    kept_as_f32 = [(shape, np.frombuffer(data, np.float32).tobytes()) for shape, data in kept]
+    assert kept_as_f32 == _constants(fp32_xml, (ov.Type.f32,), two_d=True)
+
+
+def test_an_unknown_precision_is_refused(bf16_checkpoint: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="'fp16'"):
+        models.export_to_openvino(bf16_checkpoint, tmp_path / "ov", dtype="fp16")
+
+
+def test_compress_of_a_bf16_checkpoint_equals_compress_of_its_fp32_export(
+    bf16_checkpoint: Path, exports: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The CLI exports in bf16 (half the memory) and writes the codes, scales and zero points the fp32 IR gives."""
+    common = ["--no-self-calibration", "--group-size", "32"]
+    assert cli_main(["compress", str(bf16_checkpoint), str(tmp_path / "from_hf"), *common]) == 0
+    assert "checkpoint's precision" in capsys.readouterr().err
+    assert cli_main(["compress", str(exports["fp32"]), str(tmp_path / "from_fp32"), *common]) == 0
+    types = (ov.Type.u4, ov.Type.u8, ov.Type.f16)
+    from_hf = _constants(tmp_path / "from_hf" / "openvino_model.xml", types)
+    assert len(from_hf) > 14
+    assert from_hf == _constants(tmp_path / "from_fp32" / "openvino_model.xml", types)

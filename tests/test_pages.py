@@ -1,0 +1,101 @@
+"""Dropping the resident pages of weights read from an IR file (``nncf_hqq.openvino.pages``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nncf
+import numpy as np
+import openvino as ov
+import pytest
+
+import nncf_hqq  # noqa: F401  (teaches nncf.compress_weights hqq=)
+from nncf_hqq.openvino import backend as ov_backend
+from nncf_hqq.openvino import pages
+from tests.ov_models import transformer_like
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="madvise and /proc/self/maps: Linux")
+
+MAPS = """\
+7f0000000000-7f0000100000 r--s 00000000 fe:00 123 /models/openvino_model.bin
+7f0000100000-7f0000200000 rw-p 00000000 00:00 0
+7f0000200000-7f0000300000 rw-s 00000000 fe:00 124 /models/writable.bin
+7f0000300000-7f0000400000 r--p 00000000 fe:00 125 /tmp/gone.bin (deleted)
+7f0000400000-7f0000500000 r--p 00000000 fe:00 126 /models/private.bin
+"""
+
+
+@pytest.mark.parametrize(
+    ("begin", "end", "expected"),
+    [
+        pytest.param(0x7F0000000000, 0x7F0000100000, True, id="read-only-shared-file"),
+        pytest.param(0x7F0000000100, 0x7F0000000200, True, id="inside-the-file"),
+        pytest.param(0x7F00000FF000, 0x7F0000101000, False, id="crosses-into-anonymous"),
+        pytest.param(0x7F0000100000, 0x7F0000101000, False, id="anonymous"),
+        pytest.param(0x7F0000200000, 0x7F0000201000, False, id="writable-file"),
+        pytest.param(0x7F0000300000, 0x7F0000301000, False, id="deleted-file"),
+        pytest.param(0x7F0000400000, 0x7F0000401000, True, id="read-only-private-file"),
+        pytest.param(0x100, 0x200, False, id="unmapped"),
+    ],
+)
+def test_read_only_file_mapping(begin: int, end: int, expected: bool) -> None:
+    assert pages.read_only_file_mapping(begin, end, MAPS) is expected
+
+
+def test_anonymous_memory_is_never_released() -> None:
+    data = np.arange(1 << 20, dtype=np.float32)
+    view = data[16:]  # not owning its data, but anonymous
+    assert not pages.release_file_pages(data)
+    assert not pages.release_file_pages(view)
+    np.testing.assert_array_equal(view, np.arange(16, 1 << 20, dtype=np.float32))
+
+
+def test_read_only_memmap_is_released_and_reads_back(tmp_path: Path) -> None:
+    expected = np.random.default_rng(0).standard_normal(1 << 19).astype(np.float32)
+    expected.tofile(tmp_path / "w.bin")
+    mapped = np.memmap(tmp_path / "w.bin", dtype=np.float32, mode="r")
+    total = float(mapped.sum())
+    view = np.ndarray(mapped.shape, mapped.dtype, buffer=mapped)
+    assert pages.release_file_pages(view)
+    np.testing.assert_array_equal(view, expected)
+    assert float(mapped.sum()) == total
+    writable = np.memmap(tmp_path / "w.bin", dtype=np.float32, mode="r+")
+    assert not pages.release_file_pages(np.ndarray(writable.shape, writable.dtype, buffer=writable))
+
+
+def _file_mapping_rss_kib(bin_path: Path) -> int:
+    """Resident KiB of this process's mappings of ``bin_path`` (``/proc/self/smaps``)."""
+    resident, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        fields = line.split()
+        if "-" in fields[0] and len(fields) >= 5 and ":" in fields[3]:
+            inside = fields[-1] == str(bin_path)
+        elif inside and fields[0] == "Rss:":
+            resident += int(fields[1])
+    return resident
+
+
+@pytest.mark.parametrize("dtype", [ov.Type.f32, ov.Type.bf16], ids=["f32", "bf16"])
+def test_compression_of_a_model_on_disk_drops_its_pages_and_writes_the_same_model(
+    tmp_path: Path, dtype: ov.Type, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ov.save_model(transformer_like(dtype=dtype, hidden=512), tmp_path / "model.xml", compress_to_fp16=False)
+    bin_path = (tmp_path / "model.bin").resolve()
+
+    def compressed(release: bool) -> tuple[bytes, int]:
+        if not release:
+            monkeypatch.setattr(ov_backend, "release_file_pages", lambda array: False)
+        model = ov.Core().read_model(tmp_path / "model.xml")
+        result = nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT4_ASYM, group_size=64, hqq=True)
+        resident = _file_mapping_rss_kib(bin_path)
+        out = tmp_path / f"out_{release}.xml"
+        ov.save_model(result, out, compress_to_fp16=False)
+        return out.with_suffix(".bin").read_bytes(), resident
+
+    released, resident_released = compressed(release=True)
+    kept, resident_kept = compressed(release=False)
+    assert released == kept
+    file_kib = bin_path.stat().st_size // 1024
+    assert resident_kept > file_kib // 2
+    assert resident_released < file_kib // 4
