@@ -241,6 +241,20 @@ def test_metrics_agree_with_float64_to_the_printed_digits(
     assert ev.perplexity(ir_dir, windows) == pytest.approx(results["fp"]["ppl"], rel=1e-6)
 
 
+def test_metrics_do_not_depend_on_the_vocabulary_chunk(tiny_llm: tuple[Path, Any], windows: list[np.ndarray]) -> None:
+    # 253 tokens: one column chunk against chunks of 10 (26 per row); the same float32 terms, float64 sums grouped
+    # differently, so the metrics agree to 1e-12 relative (KL, perplexity) and exactly (top-1)
+    ir_dir = tiny_llm[0]
+    noisy = _perturbed(ir_dir)
+    whole = ev.evaluate_llms(ir_dir, {"noisy": noisy}, windows, chunk=8)
+    streamed = ev.evaluate_llms(ir_dir, {"noisy": noisy}, windows, chunk=8, vocab_chunk=10)
+    for name in ("fp", "noisy"):
+        assert streamed[name]["ppl"] == pytest.approx(whole[name]["ppl"], rel=1e-12, abs=0)
+        assert streamed[name]["kl"] == pytest.approx(whole[name]["kl"], rel=1e-12, abs=1e-15)
+        assert streamed[name]["top1"] == whole[name]["top1"]
+    assert whole["noisy"]["kl"] > 1e-4
+
+
 def test_chunked_prefill_computes_the_window_of_one_request(
     tiny_llm: tuple[Path, Any], windows: list[np.ndarray]
 ) -> None:
@@ -257,21 +271,71 @@ def test_chunked_prefill_computes_the_window_of_one_request(
     vocab=st.sampled_from([3, 1000, 262_144]),
     scale=st.sampled_from([0.1, 3.0, 30.0]),
     noise=st.sampled_from([0.0, 1e-3, 0.3]),
+    vocab_chunk=st.sampled_from([2, 999, ev.VOCAB_CHUNK]),
 )
-def test_float32_reductions_match_float64_log_softmax(seed: int, vocab: int, scale: float, noise: float) -> None:
+def test_float32_reductions_match_float64_log_softmax(
+    seed: int, vocab: int, scale: float, noise: float, vocab_chunk: int
+) -> None:
     rng = np.random.default_rng(seed)
     ref_logits = (scale * rng.standard_normal((4, vocab))).astype(np.float32)
     logits = (ref_logits + noise * scale * rng.standard_normal((4, vocab))).astype(np.float32)
     targets = np.array([0, vocab - 1, vocab // 2, -1])
-    ref, cand = ev.LogitRows.of(ref_logits), ev.LogitRows.of(logits)
+    ref, cand = ev.LogitRows.of(ref_logits, vocab_chunk), ev.LogitRows.of(logits, vocab_chunk)
     lp_ref, lp = ev.log_softmax64(ref_logits), ev.log_softmax64(logits)
     np.testing.assert_allclose(cand.lse, np.log(np.exp(logits.astype(np.float64)).sum(-1)), rtol=1e-9, atol=1e-6)
     np.testing.assert_array_equal(cand.argmax, lp.argmax(-1))
     expected_nll = -lp[np.arange(3), targets[:3]].sum()
     assert cand.nll(logits, targets) == pytest.approx(expected_nll, rel=1e-6, abs=1e-5)
     expected_kl = float((np.exp(lp_ref) * (lp_ref - lp)).sum())
-    kl = ev.kl_sum(ref_logits.copy(), ref.probabilities(), ref.lse, logits, cand.lse)
+    kl = ev.kl_sum(ref_logits, ref, logits, cand.lse, vocab_chunk)
     assert kl == pytest.approx(expected_kl, rel=1e-4, abs=4 * 5e-7)
+
+
+def _whole_row_reductions(ref_logits: np.ndarray, logits: np.ndarray, targets: np.ndarray) -> dict[str, Any]:
+    """The metrics of a block as plain numpy computes them over whole rows: the same float32 terms as the streamed
+    reductions (exp of the logits shifted by the row's max; probabilities scaled by float32(1 / sum); differences
+    times probabilities) with float64 sums, each over the whole ``[rows, vocab]`` array at once."""
+    out: dict[str, Any] = {}
+    for name, z in (("ref", ref_logits), ("cand", logits)):
+        peak = z.max(axis=-1, keepdims=True)
+        exp = np.exp(z - peak)
+        total = exp.sum(axis=-1, dtype=np.float64)
+        out[name] = (peak[:, 0].astype(np.float64) + np.log(total), z.argmax(-1), exp, total)
+    lse_ref, _, exp_ref, total_ref = out["ref"]
+    lse, argmax, _, _ = out["cand"]
+    prob = exp_ref * (1.0 / total_ref).astype(np.float32)[:, None]
+    kl = float(((ref_logits - logits) * prob).sum(dtype=np.float64) + (lse - lse_ref).sum())
+    rows = np.flatnonzero(targets >= 0)
+    nll = float((lse[rows] - logits[rows, targets[rows]].astype(np.float64)).sum())
+    return {"lse_ref": lse_ref, "lse": lse, "argmax": argmax, "kl": kl, "nll": nll}
+
+
+@pytest.mark.parametrize("vocab_chunk", [1, 7, 1000, 4096, 10**6], ids=lambda c: f"columns_{c}")
+def test_streamed_reductions_equal_whole_row_numpy(vocab_chunk: int) -> None:
+    # The streamed reductions form the same float32 terms as whole-row numpy; only the grouping of their float64 sums
+    # differs, so they agree to 1e-12 relative (log-sum-exp, NLL, KL), and the argmax is the same token.
+    rng = np.random.default_rng(7)
+    ref_logits = (4.0 * rng.standard_normal((6, 4099))).astype(np.float32)
+    logits = (ref_logits + 0.5 * rng.standard_normal(ref_logits.shape)).astype(np.float32)
+    targets = np.array([5, 0, 4098, 17, 2048, -1])
+    expected = _whole_row_reductions(ref_logits, logits, targets)
+    ref, cand = ev.LogitRows.of(ref_logits, vocab_chunk), ev.LogitRows.of(logits, vocab_chunk)
+    np.testing.assert_allclose(ref.lse, expected["lse_ref"], rtol=1e-12, atol=0)
+    np.testing.assert_allclose(cand.lse, expected["lse"], rtol=1e-12, atol=0)
+    np.testing.assert_array_equal(cand.argmax, expected["argmax"])
+    assert cand.nll(logits, targets) == pytest.approx(expected["nll"], rel=1e-12, abs=0)
+    assert ev.kl_sum(ref_logits, ref, logits, cand.lse, vocab_chunk) == pytest.approx(expected["kl"], rel=1e-12, abs=0)
+    assert expected["kl"] > 0.1
+
+
+def test_streamed_reductions_leave_the_logits_unwritten() -> None:
+    rng = np.random.default_rng(3)
+    ref_logits, logits = rng.standard_normal((2, 3, 50)).astype(np.float32)
+    ref_logits.flags.writeable = logits.flags.writeable = False
+    ref, cand = ev.LogitRows.of(ref_logits, 8), ev.LogitRows.of(logits, 8)
+    assert np.isfinite(ev.kl_sum(ref_logits, ref, logits, cand.lse, 8))
+    with pytest.raises(ValueError, match="vocab_chunk must be positive, got 0"):
+        ev.LogitRows.of(logits, 0)
 
 
 def test_calibration_samples_run_through_the_export(tiny_llm: tuple[Path, Any], text_path: Path) -> None:

@@ -13,9 +13,11 @@ Models are stateful OpenVINO LLM IRs as optimum-intel exports them (inputs ``inp
 ``position_ids``, ``beam_idx``; output ``logits``). They run as plain ``ov.Core`` compiled models. A window runs as
 consecutive prefill requests of ``PREFILL_CHUNK`` tokens on one state (the computation of a single request, to float
 rounding), every model in lockstep: each request's logits (``PREFILL_CHUNK x vocab``) are reduced to the metrics
-before the next one, so memory does not grow with the number of windows, and per model only by its compiled weights
-and one such block. The reductions run in float32 over the vocabulary with float64 sums and per-token values; they
-agree with a float64 log-softmax to the printed digits (tests/test_evaluation.py).
+before the next one, read in place in OpenVINO's output tensor and ``VOCAB_CHUNK`` columns at a time, so memory
+does not grow with the number of windows, and per model only by its compiled weights and its request's output; the
+reductions' scratch is a few ``PREFILL_CHUNK x VOCAB_CHUNK`` arrays whatever the vocabulary. They run in float32
+over the vocabulary with float64 sums and per-token values; they agree with a float64 log-softmax to the printed
+digits (tests/test_evaluation.py).
 """
 
 from __future__ import annotations
@@ -58,6 +60,9 @@ WINDOW = 512
 CALIBRATION_SEQ_LEN = 256
 PREFILL_CHUNK = 128
 """Tokens per prefill request in ``evaluate_llms``: each model's logits block is ``PREFILL_CHUNK x vocab`` float32."""
+VOCAB_CHUNK = 16_384
+"""Vocabulary columns per step of the metric reductions: their scratch arrays are ``rows x VOCAB_CHUNK`` float32
+(8 MiB each for a 128-token block), whatever the vocabulary."""
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -179,7 +184,8 @@ class StatefulLLM:
 
     def logits(self, input_ids: np.ndarray, chunk: int | None = None) -> np.ndarray:
         """Float32 logits ``[len(input_ids), vocab]`` of a window (a copy), in one prefill request by default."""
-        return np.concatenate([np.array(b, dtype=np.float32) for b in self.logit_blocks(input_ids, chunk)])
+        blocks = [np.array(b, dtype=np.float32) for b in self.logit_blocks(input_ids, chunk)]
+        return blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
 
 
 def window_logits(model: ModelLike | StatefulLLM, input_ids: np.ndarray) -> np.ndarray:
@@ -208,31 +214,27 @@ def nll_sum(logp: np.ndarray, input_ids: np.ndarray) -> float:
 class LogitRows:
     """One block of a model's logits reduced to what the metrics need, per row (token position).
 
-    :param lse: log-sum-exp of each row, float64.
+    :param peak: the largest logit of each row, float32.
     :param argmax: the top-1 token of each row.
-    :param total: sum of ``exp_shifted`` over each row, float64.
-    :param exp_shifted: ``exp(logits - max)`` per row, float32 ``[rows, vocab]``.
+    :param total: sum of ``exp(logits - peak)`` over each row, float64.
+    :param lse: log-sum-exp of each row, float64.
     """
 
-    lse: np.ndarray
+    peak: np.ndarray
     argmax: np.ndarray
     total: np.ndarray
-    exp_shifted: np.ndarray
+    lse: np.ndarray
 
     @classmethod
-    def of(cls, logits: np.ndarray, out: np.ndarray | None = None) -> LogitRows:
-        """Reduce float32 ``logits [rows, vocab]``; ``out`` (same shape, float32) receives ``exp_shifted``."""
+    def of(cls, logits: np.ndarray, vocab_chunk: int = VOCAB_CHUNK) -> LogitRows:
+        """Reduce float32 ``logits [rows, vocab]`` ``vocab_chunk`` columns at a time: no array of the block's size
+        is made (the logits may be a view of OpenVINO's output, read in place)."""
         argmax = logits.argmax(axis=-1)
         peak = logits[np.arange(len(logits)), argmax]
-        shifted = np.subtract(logits, peak[:, None], out=out)
-        np.exp(shifted, out=shifted)
-        total = shifted.sum(axis=-1, dtype=np.float64)
-        return cls(peak.astype(np.float64) + np.log(total), argmax, total, shifted)
-
-    def probabilities(self) -> np.ndarray:
-        """The rows' softmax, float32, computed in place of ``exp_shifted``."""
-        self.exp_shifted *= (1.0 / self.total).astype(np.float32)[:, None]
-        return self.exp_shifted
+        total = np.zeros(len(logits), dtype=np.float64)
+        for part in _exp_shifted_columns(logits, peak, vocab_chunk):
+            total += part.sum(axis=-1, dtype=np.float64)
+        return cls(peak, argmax, total, peak.astype(np.float64) + np.log(total))
 
     def nll(self, logits: np.ndarray, targets: np.ndarray) -> float:
         """Sum of -log p(target) over the rows with a target (``targets`` is -1 where there is none)."""
@@ -240,14 +242,39 @@ class LogitRows:
         return float((self.lse[rows] - logits[rows, targets[rows]].astype(np.float64)).sum())
 
 
+def _column_slices(vocab: int, vocab_chunk: int) -> Iterator[slice]:
+    if vocab_chunk < 1:
+        msg = f"vocab_chunk must be positive, got {vocab_chunk}"
+        raise ValueError(msg)
+    for lo in range(0, vocab, vocab_chunk):
+        yield slice(lo, min(lo + vocab_chunk, vocab))
+
+
+def _exp_shifted_columns(logits: np.ndarray, peak: np.ndarray, vocab_chunk: int) -> Iterator[np.ndarray]:
+    """``exp(logits - peak)`` float32, ``vocab_chunk`` columns at a time, in one reused scratch array (each piece is
+    overwritten by the next)."""
+    scratch = np.empty((len(logits), min(vocab_chunk, logits.shape[-1])), dtype=np.float32)
+    for columns in _column_slices(logits.shape[-1], vocab_chunk):
+        part = scratch[:, : columns.stop - columns.start]
+        np.subtract(logits[:, columns], peak[:, None], out=part)
+        yield np.exp(part, out=part)
+
+
 def kl_sum(
-    ref_logits: np.ndarray, ref_prob: np.ndarray, ref_lse: np.ndarray, logits: np.ndarray, lse: np.ndarray
+    ref_logits: np.ndarray, ref: LogitRows, logits: np.ndarray, lse: np.ndarray, vocab_chunk: int = VOCAB_CHUNK
 ) -> float:
-    """Sum over rows of KL(P_ref || P) = sum_v p_v (z_ref,v - z_v) + lse(z) - lse(z_ref), float32 over the
-    vocabulary with float64 sums; ``ref_logits`` is overwritten (the caller's scratch copy)."""
-    np.subtract(ref_logits, logits, out=ref_logits)
-    ref_logits *= ref_prob
-    return float(ref_logits.sum(dtype=np.float64) + (lse - ref_lse).sum())
+    """Sum over rows of KL(P_ref || P) = sum_v p_v (z_ref,v - z_v) + lse(z) - lse(z_ref), ``vocab_chunk`` columns
+    at a time: float32 over the vocabulary with float64 sums; neither logits array is written or copied whole."""
+    scale = (1.0 / ref.total).astype(np.float32)[:, None]
+    difference = np.empty((len(logits), min(vocab_chunk, logits.shape[-1])), dtype=np.float32)
+    total = 0.0
+    columns = _column_slices(logits.shape[-1], vocab_chunk)
+    for part, cols in zip(_exp_shifted_columns(ref_logits, ref.peak, vocab_chunk), columns, strict=True):
+        part *= scale
+        d = np.subtract(ref_logits[:, cols], logits[:, cols], out=difference[:, : cols.stop - cols.start])
+        d *= part
+        total += float(d.sum(dtype=np.float64))
+    return total + float((lse - ref.lse).sum())
 
 
 @dataclass
@@ -288,23 +315,24 @@ def _evaluate_window(
     input_ids: np.ndarray,
     chunk: int | None,
     on_block: Callable[[str], None],
+    vocab_chunk: int = VOCAB_CHUNK,
 ) -> None:
-    """Add one window to every model's sums; the first model is the reference. Models advance block by block."""
+    """Add one window to every model's sums; the first model is the reference. Models advance block by block, each
+    block reduced ``vocab_chunk`` columns at a time where it lies (the reference's stays valid while the others run:
+    every model has its own request)."""
     names = list(llms)
     targets = np.append(np.asarray(input_ids[1:], dtype=np.int64), -1)
     streams = {name: _timed_blocks(llms[name], sums[name], input_ids, chunk) for name in names}
     lo = 0
     for ref_block in streams[names[0]]:
         rows = slice(lo, lo + len(ref_block))
-        ref = LogitRows.of(ref_block)
+        ref = LogitRows.of(ref_block, vocab_chunk)
         _add_rows(sums[names[0]], ref.nll(ref_block, targets[rows]), targets[rows], len(ref_block), len(ref_block))
         on_block(names[0])
-        ref_prob, scratch = ref.probabilities(), np.empty_like(ref_block)
         for name in names[1:]:
             block = next(streams[name])
-            rows_of = LogitRows.of(block, out=scratch)
-            np.copyto(scratch, ref_block)
-            kl = kl_sum(scratch, ref_prob, ref.lse, block, rows_of.lse)
+            rows_of = LogitRows.of(block, vocab_chunk)
+            kl = kl_sum(ref_block, ref, block, rows_of.lse, vocab_chunk)
             top1 = int((rows_of.argmax == ref.argmax).sum())
             _add_rows(sums[name], rows_of.nll(block, targets[rows]), targets[rows], top1, len(block), kl)
             on_block(name)
@@ -326,13 +354,16 @@ def evaluate_llms(
     reference_name: str = "fp",
     chunk: int | None = PREFILL_CHUNK,
     one_at_a_time: bool = False,
+    vocab_chunk: int = VOCAB_CHUNK,
 ) -> dict[str, Metrics]:
     """Perplexity, KL(P_fp || P_candidate) and top-1 agreement of every candidate, plus the FP model's own numbers.
 
     Every model runs window by window in lockstep, each window as prefill requests of ``chunk`` tokens (None: one
-    request per window); only the current block's logits are held. Returns ``{name: {"ppl", "kl", "top1",
-    "seconds"}}`` with the reference under ``reference_name`` (its ``kl`` is 0 and ``top1`` is 1 by construction);
-    ``seconds`` is that model's inference wall time. The progress bar names the model and the window.
+    request per window); only the current block's logits are held, in each model's request output, and reduced
+    ``vocab_chunk`` columns at a time (the metrics do not depend on it beyond float64 rounding). Returns
+    ``{name: {"ppl", "kl", "top1", "seconds"}}`` with the reference under ``reference_name`` (its ``kl`` is 0 and
+    ``top1`` is 1 by construction); ``seconds`` is that model's inference wall time. The progress bar names the model
+    and the window.
 
     With ``one_at_a_time`` the candidates run one after another, each in lockstep with the reference (compiled
     once), and each is compiled just before its pass and released after it: memory holds the compiled reference,
@@ -343,12 +374,13 @@ def evaluate_llms(
         msg = f"candidate name {reference_name!r} is reserved for the reference"
         raise ValueError(msg)
     if not one_at_a_time or len(candidates) < 2:
-        sums = _evaluate_in_lockstep({reference_name: reference, **candidates}, windows, chunk)
+        sums = _evaluate_in_lockstep({reference_name: reference, **candidates}, windows, chunk, vocab_chunk)
     else:
         reference_llm = reference if isinstance(reference, StatefulLLM) else StatefulLLM(reference)
         sums = {}
         for name, candidate in candidates.items():
-            pass_sums = _evaluate_in_lockstep({reference_name: reference_llm, name: candidate}, windows, chunk)
+            models = {reference_name: reference_llm, name: candidate}
+            pass_sums = _evaluate_in_lockstep(models, windows, chunk, vocab_chunk)
             if reference_name in sums:
                 sums[reference_name].seconds += pass_sums[reference_name].seconds
             else:
@@ -361,7 +393,10 @@ def evaluate_llms(
 
 
 def _evaluate_in_lockstep(
-    models: Mapping[str, ModelLike | StatefulLLM], windows: Sequence[np.ndarray], chunk: int | None
+    models: Mapping[str, ModelLike | StatefulLLM],
+    windows: Sequence[np.ndarray],
+    chunk: int | None,
+    vocab_chunk: int = VOCAB_CHUNK,
 ) -> dict[str, _Sums]:
     """Every model's sums over the windows, the first model the reference; models that are not compiled yet are
     compiled here and released on return."""
@@ -374,7 +409,7 @@ def _evaluate_in_lockstep(
             def advance(name: str, index: int = index) -> None:
                 bar.update(advance=1 / blocks, description=f"Evaluating {name}, window {index}/{len(windows)}")
 
-            _evaluate_window(llms, sums, input_ids, chunk, advance)
+            _evaluate_window(llms, sums, input_ids, chunk, advance, vocab_chunk)
     return sums
 
 
