@@ -29,6 +29,8 @@ import openvino as ov
 from nncf.common.logging import nncf_logger
 from nncf.common.logging.track_progress import track
 
+from nncf_hqq.openvino.pages import release_model_pages
+
 #: The inputs of a stateful OpenVINO LLM as optimum-intel exports it (``beam_idx`` reorders the KV cache).
 LLM_INPUTS = ("input_ids", "attention_mask", "position_ids", "beam_idx")
 #: Inputs a stateful LLM must have to be sampled from.
@@ -262,6 +264,7 @@ def generate_sequences(model: ov.Model, params: SelfCalibration = SELF_CALIBRATI
     starts = start_tokens(params, vocab_size, rng)
     sequences[:, : starts.shape[1]] = starts
     request = ov.Core().compile_model(model, "CPU", GENERATION_CONFIG).create_infer_request()
+    release_model_pages(model)  # a model read from disk: the compiled one holds the weights it needs
     names = _input_names(model)
     batches = range(0, params.num_samples, params.batch_size)
     prefix = starts.shape[1]

@@ -99,3 +99,17 @@ def test_compression_of_a_model_on_disk_drops_its_pages_and_writes_the_same_mode
     file_kib = bin_path.stat().st_size // 1024
     assert resident_kept > file_kib // 2
     assert resident_released < file_kib // 4
+
+
+def test_a_compiled_model_runs_the_same_after_its_source_pages_are_dropped(tmp_path: Path) -> None:
+    from tests.ov_models import input_ids
+
+    ov.save_model(transformer_like(dtype=ov.Type.bf16, hidden=512), tmp_path / "model.xml", compress_to_fp16=False)
+    model = ov.Core().read_model(tmp_path / "model.xml")
+    compiled = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    ids = input_ids()
+    before = compiled(ids)[0].copy()
+    assert pages.release_model_pages(model) == 3  # up, down, the experts: the weights of 1 MiB and more
+    np.testing.assert_array_equal(compiled(ids)[0], before)
+    assert pages.release_model_pages(ov.Core().read_model(tmp_path / "model.xml")) == 3
+    assert pages.release_model_pages(transformer_like(hidden=512)) == 0  # in memory: nothing to drop

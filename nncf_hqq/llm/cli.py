@@ -31,6 +31,7 @@ from nncf.common.logging import nncf_logger
 from nncf_hqq.llm import cpu
 from nncf_hqq.llm import encoders
 from nncf_hqq.llm import evaluation
+from nncf_hqq.llm import memory
 from nncf_hqq.llm import models
 from nncf_hqq.llm import workflows
 from nncf_hqq.llm.timing import StepTimer
@@ -47,6 +48,10 @@ TASKS = ("auto", "text-generation", models.ENCODER_TASK)
 
 class UsageError(Exception):
     """A bad command-line argument: reported with the command's usage line and exit code 2."""
+
+
+class NotEnoughMemoryError(RuntimeError):
+    """A phase's estimated memory exceeds what the machine has available: refused before anything starts."""
 
 
 class _Output:
@@ -173,6 +178,11 @@ def _add_compress_arguments(p: argparse.ArgumentParser) -> None:
         "as optimum infers it",
     )
     p.add_argument(
+        "--no-memory-check",
+        action="store_true",
+        help="run even when a phase's estimated memory exceeds the memory available (default: refused up front)",
+    )
+    p.add_argument(
         "--backend",
         choices=workflows.BACKENDS,
         default="auto",
@@ -199,6 +209,18 @@ def _add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="LLMs: compile every model at once and run the reference once (faster; memory grows with every "
         "candidate); default: one candidate compiled at a time",
+    )
+    p.add_argument(
+        "--inference-precision",
+        choices=evaluation.INFERENCE_PRECISIONS,
+        default="f32",
+        help="LLMs: precision every model runs in (default f32, as PROTOCOL.md; bf16 halves a bf16 float model's "
+        "memory, for models whose f32 copy does not fit)",
+    )
+    p.add_argument(
+        "--no-memory-check",
+        action="store_true",
+        help="run even when the estimated memory exceeds the memory available (default: refused up front)",
     )
     p.add_argument("--json", type=Path, help="write the results as JSON")
     p.add_argument("--png", type=Path, help="draw the results as a PNG bar chart")
@@ -367,6 +389,7 @@ def run_compress(args: argparse.Namespace) -> int:
     task = _task(args)
     if backend == "torch":
         return run_compress_torch(args, options)
+    check_compress_memory(args, options, task)
     start = time.perf_counter()
     timer = StepTimer(_info)
     with workflows.source_model(args.model, log=_info, timer=timer, task=task) as source:
@@ -406,6 +429,80 @@ def run_compress(args: argparse.Namespace) -> int:
         _out(f"OpenVINO GenAI: openvino_genai.LLMPipeline({str(args.out)!r}, 'CPU') loads it (tokenizer IRs in OUT)")
     _out(f"Total: {time.perf_counter() - start:.1f} s (compression {compress_seconds:.1f} s)")
     return 0
+
+
+def model_size(model: str) -> tuple[memory.ModelSize | None, bool]:
+    """The size of ``model``'s weights (None for a hub id, or a HF dir without safetensors) and whether ``compress``
+    exports it first (a HF model)."""
+    kind = workflows.model_kind(model)
+    path = Path(model).expanduser()
+    if kind in ("ir_xml", "ir_dir"):
+        return memory.ir_size(workflows.read_model(path if kind == "ir_xml" else path / workflows.MODEL_XML)), False
+    return (memory.safetensors_size(path) if kind == "hf_dir" else None), True
+
+
+def check_compress_memory(args: argparse.Namespace, options: CompressionOptions, task: str | None) -> None:
+    """Estimates the peak memory of every phase ``compress`` will run (``nncf_hqq.llm.memory``) and raises
+    ``NotEnoughMemoryError`` naming the phases that exceed the memory available and the options that fit, unless
+    ``--no-memory-check``."""
+    size, export = model_size(args.model)
+    if size is None:
+        _info("memory: not estimated (no safetensors files to read the model's size from)")
+        return
+    self_calibration = (
+        args.dataset is None
+        and not args.no_self_calibration
+        and options.hqq
+        and options.mode in workflows.SELF_CALIBRATION_MODES
+        and not (export and workflows.export_task(args.model, task).encoder)
+    )
+    output_check = self_calibration and not args.no_output_check
+    estimates = memory.compress_estimates(size, export, self_calibration, output_check)
+    available = memory.available_bytes()
+    peak = max(estimates, key=lambda e: e.total)
+    _info(f"memory: {peak.describe()} at most; {available / memory.GIB:.1f} GiB available")
+    over = memory.too_large(estimates, available)
+    if not over or args.no_memory_check:
+        return
+    fits = []
+    if output_check and not memory.too_large(memory.compress_estimates(size, export, True, False), available):
+        fits.append("--no-output-check")
+    if self_calibration and not memory.too_large(memory.compress_estimates(size, export, False, False), available):
+        fits.append("--no-self-calibration (data-free)")
+    instead = f"; {' or '.join(fits)} fits" if fits else ""
+    if any(e.phase == "export" for e in over):
+        instead += (
+            "; export the model on a larger machine (optimum-cli export openvino --model MODEL --weight-format fp16 "
+            "DIR) and compress DIR"
+        )
+    needs = "; ".join(e.describe() for e in over)
+    msg = (
+        f"not enough memory for {args.model}: {needs}, but {available / memory.GIB:.1f} GiB is available"
+        f"{instead} (--no-memory-check runs it anyway)"
+    )
+    raise NotEnoughMemoryError(msg)
+
+
+def check_evaluate_memory(args: argparse.Namespace, reference: Path, candidates: Sequence[Path]) -> None:
+    """Estimates ``evaluate``'s peak memory (the float model compiled, the largest candidate) and raises
+    ``NotEnoughMemoryError`` when it exceeds the memory available, unless ``--no-memory-check``; names
+    ``--inference-precision bf16`` when that fits."""
+    size = memory.ir_size(workflows.read_model(models.ir_xml(reference)))
+    weights = [models.ir_xml(c).with_suffix(".bin") for c in candidates]
+    candidate_bytes = [w.stat().st_size for w in weights if w.is_file()]
+    estimate = memory.evaluate_estimate(size, candidate_bytes, args.inference_precision)
+    available = memory.available_bytes()
+    _info(f"memory: {estimate.describe()}; {available / memory.GIB:.1f} GiB available")
+    if estimate.total <= available or args.no_memory_check:
+        return
+    instead = ""
+    if args.inference_precision == "f32" and memory.evaluate_estimate(size, candidate_bytes, "bf16").total <= available:
+        instead = "; --inference-precision bf16 fits"
+    msg = (
+        f"not enough memory to evaluate against {reference}: {estimate.describe()}, but "
+        f"{available / memory.GIB:.1f} GiB is available{instead} (--no-memory-check runs it anyway)"
+    )
+    raise NotEnoughMemoryError(msg)
 
 
 #: The modes whose HQQ zero points can be stored as float, split or integer (``--zero-point``).
@@ -690,6 +787,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         return _evaluate_encoders(args, reference, candidates, text, tokenizer_dir)
     if args.lines is not None:
         raise UsageError("--lines applies to encoders; the reference is an LLM, evaluated on token windows (--windows)")
+    check_evaluate_memory(args, reference, list(candidates.values()))
     timer = StepTimer(_info)
     warnings: list[str] = []
 
@@ -708,6 +806,7 @@ def run_evaluate(args: argparse.Namespace) -> int:
         warn,
         timer,
         one_at_a_time=not args.all_at_once,
+        config=evaluation.inference_config(args.inference_precision),
     )
     _info(f"phases: {timer.summary()}")
     _out(workflows.format_table(results))

@@ -56,6 +56,22 @@ ACCURACY_CONFIG: dict[str, str] = {
 
 ENCODER_CONFIG: dict[str, str] = {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
 
+#: ``inference_config``'s precisions: f32 (the protocol's) or bf16 (half the memory of a float model).
+INFERENCE_PRECISIONS = ("f32", "bf16")
+
+
+def inference_config(precision: str = "f32") -> dict[str, str]:
+    """:data:`ACCURACY_CONFIG`, or the same with activations and KV cache in bf16 (``"bf16"``): the CPU plugin then
+    keeps a bf16 model's weights in bf16, half of what f32 inference holds, on CPUs with bf16 arithmetic (others
+    run f32 anyway). Every model of an evaluation runs in the same precision."""
+    if precision not in INFERENCE_PRECISIONS:
+        msg = f"inference precision must be one of {INFERENCE_PRECISIONS}, got {precision!r}"
+        raise ValueError(msg)
+    if precision == "f32":
+        return dict(ACCURACY_CONFIG)
+    return {**ACCURACY_CONFIG, "INFERENCE_PRECISION_HINT": "bf16", "KV_CACHE_PRECISION": "bf16"}
+
+
 WINDOW = 512
 CALIBRATION_SEQ_LEN = 256
 PREFILL_CHUNK = 128
@@ -355,6 +371,7 @@ def evaluate_llms(
     chunk: int | None = PREFILL_CHUNK,
     one_at_a_time: bool = False,
     vocab_chunk: int = VOCAB_CHUNK,
+    config: Mapping[str, str] | None = None,
 ) -> dict[str, Metrics]:
     """Perplexity, KL(P_fp || P_candidate) and top-1 agreement of every candidate, plus the FP model's own numbers.
 
@@ -368,19 +385,20 @@ def evaluate_llms(
     With ``one_at_a_time`` the candidates run one after another, each in lockstep with the reference (compiled
     once), and each is compiled just before its pass and released after it: memory holds the compiled reference,
     one compiled candidate and one block per model, whatever the number of candidates, at the cost of running the
-    reference once per candidate (its ``seconds`` add up). The metrics are the same as all at once.
+    reference once per candidate (its ``seconds`` add up). The metrics are the same as all at once. ``config``: the
+    OpenVINO CPU properties of the models compiled here (default :data:`ACCURACY_CONFIG`).
     """
     if reference_name in candidates:
         msg = f"candidate name {reference_name!r} is reserved for the reference"
         raise ValueError(msg)
     if not one_at_a_time or len(candidates) < 2:
-        sums = _evaluate_in_lockstep({reference_name: reference, **candidates}, windows, chunk, vocab_chunk)
+        sums = _evaluate_in_lockstep({reference_name: reference, **candidates}, windows, chunk, vocab_chunk, config)
     else:
-        reference_llm = reference if isinstance(reference, StatefulLLM) else StatefulLLM(reference)
+        reference_llm = reference if isinstance(reference, StatefulLLM) else StatefulLLM(reference, config)
         sums = {}
         for name, candidate in candidates.items():
             models = {reference_name: reference_llm, name: candidate}
-            pass_sums = _evaluate_in_lockstep(models, windows, chunk, vocab_chunk)
+            pass_sums = _evaluate_in_lockstep(models, windows, chunk, vocab_chunk, config)
             if reference_name in sums:
                 sums[reference_name].seconds += pass_sums[reference_name].seconds
             else:
@@ -397,10 +415,11 @@ def _evaluate_in_lockstep(
     windows: Sequence[np.ndarray],
     chunk: int | None,
     vocab_chunk: int = VOCAB_CHUNK,
+    config: Mapping[str, str] | None = None,
 ) -> dict[str, _Sums]:
     """Every model's sums over the windows, the first model the reference; models that are not compiled yet are
-    compiled here and released on return."""
-    llms = {name: m if isinstance(m, StatefulLLM) else StatefulLLM(m) for name, m in models.items()}
+    compiled here (with ``config``) and released on return."""
+    llms = {name: m if isinstance(m, StatefulLLM) else StatefulLLM(m, config) for name, m in models.items()}
     sums = {name: _Sums() for name in llms}
     blocks = max(1, -(-len(windows[0]) // chunk)) if windows and chunk else 1
     with track[None](total=len(windows) * len(llms), description="Evaluating") as bar:

@@ -638,13 +638,15 @@ def evaluate_against(
     warn: Callable[[str], None] | None = None,
     timer: StepTimer | None = None,
     one_at_a_time: bool = True,
+    config: Mapping[str, str] | None = None,
 ) -> dict[str, evaluation.Metrics]:
     """PPL, KL vs the reference and top-1 agreement on the first ``n_windows`` windows of the text.
 
     ``warn`` receives the findings of ``nncf_hqq.llm.sanity`` (text and tokenizer, then the reference perplexity).
     ``timer`` times the phases: ``tokenization``, ``reference check`` (compiling the reference, the sanity checks)
     and ``evaluation``. ``one_at_a_time``: the candidates are compiled and evaluated one after another
-    (``evaluation.evaluate_llms``), so memory holds one compiled candidate at a time.
+    (``evaluation.evaluate_llms``), so memory holds one compiled candidate at a time. ``config``: the OpenVINO CPU
+    properties of every model (``evaluation.inference_config``; default f32).
     """
     timer = timer or StepTimer(lambda _: None)
     with timer.step(TOKENIZATION_PHASE):
@@ -653,11 +655,16 @@ def evaluate_against(
         ids = evaluation.tokenize_text(tokenizer, text_path)
         windows = evaluation.token_windows(ids, n_windows, window, str(text_path))
     with timer.step(REFERENCE_CHECK_PHASE):
-        reference_llm = evaluation.StatefulLLM(reference)
+        reference_llm = evaluation.StatefulLLM(reference, config)
         findings = sanity.check_tokenized_text(text, ids, reference_llm, model_files_dir(reference), f"{text_path}")
     with timer.step(EVALUATION_PHASE):
         results = evaluation.evaluate_llms(
-            reference_llm, candidates, windows, reference_name=reference_name, one_at_a_time=one_at_a_time
+            reference_llm,
+            candidates,
+            windows,
+            reference_name=reference_name,
+            one_at_a_time=one_at_a_time,
+            config=config,
         )
     final = sanity.perplexity_warning(results[reference_name]["ppl"], "the reference's perplexity on the windows")
     for finding in [*findings, *([final] if final else [])]:

@@ -1,0 +1,170 @@
+"""How much memory each phase of ``nncf-hqq compress`` and ``evaluate`` needs, estimated before it starts, so that a
+phase that cannot fit in the machine's memory is refused up front (with what fits instead), never killed halfway.
+
+The sizes come from the model's files without loading it: the safetensors headers of a HF checkpoint, the
+constants of an OpenVINO IR (read memory-mapped). The coefficients are what the phases measured on random
+checkpoints of real shapes (``benchmarks/checkpoint_memory.py``, docs/memory.md):
+
+- export (optimum-intel, in the checkpoint's precision): the PyTorch model and the converted one, about 1.25x the
+  checkpoint's bytes;
+- data-free compression: the compressed weights, plus a few float32 copies of the largest weight (NNCF's and HQQ's
+  working set); the IR's pages are dropped weight by weight (``nncf_hqq.openvino.pages``);
+- a compiled float model (self-calibration's generation, NNCF's statistics, the output check, ``evaluate``):
+  OpenVINO's CPU plugin in f32 holds every weight as float32, 4 bytes a parameter whatever the stored precision;
+- a compiled compressed candidate: about its compressed bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+GIB = 1024**3
+
+#: Bytes per element of the safetensors dtypes a checkpoint stores.
+SAFETENSORS_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
+#: Python, OpenVINO, NNCF and optimum imported, tokenizers loaded.
+BASELINE_BYTES = int(0.8 * GIB)
+#: Export's peak over the checkpoint's bytes.
+EXPORT_FACTOR = 1.25
+#: Compressed bytes per parameter: INT4 codes (0.5), a scale and zero point per group of 64 (0.06), the embeddings
+#: and the output head in INT8 (their share is counted at 1 byte in ``compressed_bytes``).
+INT4_BYTES_PER_PARAMETER = 0.56
+#: Float32 copies of the largest weight that compressing it holds at once.
+LARGEST_WEIGHT_COPIES = 3
+#: Compiled float model: bytes per parameter (f32 inference) and per logit kept for a window.
+FLOAT_COMPILED_BYTES = 4
+#: The same in bf16 inference (``nncf-hqq evaluate --inference-precision bf16``).
+BF16_COMPILED_BYTES = 2
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    """A model's weights as stored: parameters, bytes, and the largest tensor and the embedding-like ones (by
+    parameters)."""
+
+    parameters: int
+    stored_bytes: int
+    largest: int
+    vocabulary_parameters: int = 0
+
+    def compressed_bytes(self) -> int:
+        """About the bytes of the model compressed to INT4 (INT8 embeddings and output head)."""
+        body = self.parameters - self.vocabulary_parameters
+        return int(body * INT4_BYTES_PER_PARAMETER + self.vocabulary_parameters * 1.0)
+
+
+def safetensors_size(hf_dir: Path) -> ModelSize | None:
+    """The size of the weights in ``hf_dir``'s safetensors files, from their headers (None: there are none)."""
+    files = sorted(Path(hf_dir).glob("*.safetensors"))
+    if not files:
+        return None
+    parameters = stored = largest = vocabulary = 0
+    for file in files:
+        for name, entry in _safetensors_header(file).items():
+            if name == "__metadata__":
+                continue
+            count = math.prod(entry["shape"])
+            parameters += count
+            stored += count * SAFETENSORS_BYTES.get(entry["dtype"], 4)
+            largest = max(largest, count)
+            if _is_vocabulary(name):
+                vocabulary += count
+    return ModelSize(parameters, stored, largest, vocabulary)
+
+
+def _safetensors_header(path: Path) -> dict[str, Any]:
+    with path.open("rb") as file:
+        (length,) = struct.unpack("<Q", file.read(8))
+        header: dict[str, Any] = json.loads(file.read(length))
+    return header
+
+
+def _is_vocabulary(name: str) -> bool:
+    return any(part in name for part in ("embed_tokens", "lm_head", "wte", "word_embeddings", "embed_out"))
+
+
+def ir_size(model: Any) -> ModelSize:
+    """The size of an OpenVINO model's float weights (2-D and larger constants), from its constants' shapes."""
+    parameters = stored = largest = vocabulary = 0
+    for op in model.get_ops():
+        if op.get_type_name() != "Constant" or len(op.get_output_shape(0)) < 2:
+            continue
+        element = op.get_element_type()
+        if not element.is_real():
+            continue
+        count = math.prod(op.get_output_shape(0))
+        parameters += count
+        stored += count * element.size
+        largest = max(largest, count)
+        if _is_vocabulary(op.get_friendly_name()):
+            vocabulary += count
+    return ModelSize(parameters, stored, largest, vocabulary)
+
+
+@dataclass(frozen=True)
+class PhaseEstimate:
+    """A phase's estimated peak memory, and what makes it up (for the message)."""
+
+    phase: str
+    parts: tuple[tuple[str, int], ...]
+
+    @property
+    def total(self) -> int:
+        return BASELINE_BYTES + sum(value for _, value in self.parts)
+
+    def describe(self) -> str:
+        parts = ", ".join(f"{name} {value / GIB:.1f}" for name, value in self.parts)
+        return (
+            f"{self.phase}: about {self.total / GIB:.1f} GiB ({parts}; Python and libraries {BASELINE_BYTES / GIB:.1f})"
+        )
+
+
+def compress_estimates(
+    size: ModelSize, export: bool, self_calibration: bool, output_check: bool
+) -> list[PhaseEstimate]:
+    """The phases ``compress`` will run on a model of ``size`` and the peak memory each needs."""
+    compressed = size.compressed_bytes()
+    working = LARGEST_WEIGHT_COPIES * FLOAT_COMPILED_BYTES * size.largest
+    float_compiled = FLOAT_COMPILED_BYTES * size.parameters
+    phases = []
+    if export:
+        phases.append(
+            PhaseEstimate("export", (("checkpoint being converted", int(EXPORT_FACTOR * size.stored_bytes)),))
+        )
+    if self_calibration:
+        phases.append(PhaseEstimate("self-calibration text", (("float model compiled in f32", float_compiled),)))
+        phases.append(PhaseEstimate("statistics", (("float model compiled in f32", float_compiled),)))
+    phases.append(PhaseEstimate("compression", (("compressed weights", compressed), ("working set", working))))
+    if self_calibration and output_check:
+        parts = (("float model compiled in f32", float_compiled), ("two compressed candidates", 2 * compressed))
+        phases.append(PhaseEstimate("output check", parts))
+    return phases
+
+
+def evaluate_estimate(size: ModelSize, candidate_bytes: Sequence[int], precision: str = "f32") -> PhaseEstimate:
+    """``evaluate``'s peak: the float model compiled in ``precision`` (4 bytes a parameter in f32, 2 in bf16) and the
+    largest candidate (``candidate_bytes``: their weights files; one is compiled at a time)."""
+    per_parameter = FLOAT_COMPILED_BYTES if precision == "f32" else BF16_COMPILED_BYTES
+    parts = (
+        (f"float model compiled in {precision}", per_parameter * size.parameters),
+        ("candidate", max(candidate_bytes, default=0)),
+    )
+    return PhaseEstimate("evaluate", parts)
+
+
+def available_bytes() -> int:
+    """Memory the system can give without swapping (``psutil``'s ``available``)."""
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def too_large(estimates: Sequence[PhaseEstimate], available: int) -> list[PhaseEstimate]:
+    """The phases whose estimate exceeds ``available``."""
+    return [e for e in estimates if e.total > available]
