@@ -76,6 +76,25 @@ def _file_mapping_rss_kib(bin_path: Path) -> int:
     return resident
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="madvise and /proc/self/smaps are Linux's")
+def test_every_read_only_mapping_of_a_file_is_dropped_and_reads_back(tmp_path: Path) -> None:
+    expected = np.random.default_rng(1).standard_normal(1 << 20).astype(np.float32)
+    path = tmp_path / "w.bin"
+    expected.tofile(path)
+    first, second = (np.memmap(path, dtype=np.float32, mode="r") for _ in range(2))
+    total = float(first.sum()) + float(second.sum())
+    assert _file_mapping_rss_kib(path.resolve()) >= 2 * 4096 - 8  # both mappings resident: 2 x 4 MiB
+    assert pages.release_file_mappings(path) >= 2 * expected.nbytes
+    assert _file_mapping_rss_kib(path.resolve()) == 0
+    np.testing.assert_array_equal(first, expected)
+    assert float(first.sum()) + float(second.sum()) == total
+    writable = np.memmap(path, dtype=np.float32, mode="r+")
+    writable[:] = expected
+    pages.release_file_mappings(path)
+    assert _file_mapping_rss_kib(path.resolve()) >= 4096 - 8  # the writable mapping keeps its pages
+    assert pages.release_file_mappings(tmp_path / "missing.bin") == 0
+
+
 @pytest.mark.parametrize("dtype", [ov.Type.f32, ov.Type.bf16], ids=["f32", "bf16"])
 def test_compression_of_a_model_on_disk_drops_its_pages_and_writes_the_same_model(
     tmp_path: Path, dtype: ov.Type, monkeypatch: pytest.MonkeyPatch

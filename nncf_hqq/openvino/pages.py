@@ -14,6 +14,7 @@ import ctypes
 import ctypes.util
 import functools
 import mmap
+import os
 import sys
 from typing import Any
 
@@ -77,4 +78,26 @@ def release_model_pages(model: Any) -> int:
     for op in model.get_ops():
         if op.get_type_name() == "Constant" and release_file_pages(op.get_tensor_view().data):
             released += 1
+    return released
+
+
+def release_file_mappings(path: str | os.PathLike[str]) -> int:
+    """Drops the resident pages of every read-only mapping of the file ``path`` in this process (e.g. an IR's
+    ``.bin``, which every model read from it maps), whoever holds them: a model compressed by code that does not
+    release its weights' pages as it goes (NNCF's own writer) keeps the pages it read resident until it is freed.
+    As with ``release_file_pages``, a later read faults the same bytes in again. Returns the size of the
+    mappings dropped, in bytes."""
+    madvise = _madvise()
+    target = os.path.realpath(path)
+    if madvise is None or not os.path.isfile(target):
+        return 0
+    with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+        lines = maps.read().splitlines()
+    released = 0
+    for line in lines:
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and fields[5].strip() == target and fields[1][:2] == "r-":
+            low, high = (int(x, 16) for x in fields[0].split("-"))
+            if madvise(ctypes.c_void_p(low), ctypes.c_size_t(high - low), MADV_DONTNEED) == 0:
+                released += high - low
     return released
