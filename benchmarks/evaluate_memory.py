@@ -28,10 +28,11 @@ A run is ``WHAT:MODEL:CODE``, each a fresh child process whose peak resident set
   ``--self-calibration-samples`` generated sequences, with its output check / ``--no-output-check``.
 
 CODE is ``new`` (this checkout) or ``old`` (this checkout with ``nncf_hqq/llm/evaluation.py`` as it is at
-``--against``). Everything is built once into ``--work``.
+``--against``); only that file differs, so ``compress:MODEL:old`` measures the output check with the old metrics
+code and everything else of this checkout. Everything is built once into ``--work``.
 
-    python benchmarks/evaluate_memory.py --against 8d238f9
-    python benchmarks/evaluate_memory.py --against 8d238f9 --runs compiled:gemma262k:new,evaluate:gemma262k:new
+    python benchmarks/evaluate_memory.py --against dfe9540 --windows 2
+    python benchmarks/evaluate_memory.py --against dfe9540 --runs compiled:gemma262k:new,compress:gemma262k:new
 """
 
 from __future__ import annotations
