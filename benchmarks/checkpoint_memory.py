@@ -71,7 +71,8 @@ def command(run: str, checkpoint: Path, out: Path, group_size: int | None = None
 
 def tree_memory(pid: int) -> tuple[int, int]:
     """Resident bytes of the process ``pid`` and its children, summed: all, and anonymous (resident minus the pages
-    of mapped files, which the kernel can drop and read again, such as a memory-mapped checkpoint)."""
+    of mapped files, which the kernel can drop and read again, such as a memory-mapped checkpoint). A child still
+    running the parent's command line is a fork before its exec, sharing the parent's pages: not counted."""
     import psutil
 
     try:
@@ -80,8 +81,12 @@ def tree_memory(pid: int) -> tuple[int, int]:
     except psutil.NoSuchProcess:
         return 0, 0
     total = anonymous = 0
+    with contextlib.suppress(psutil.NoSuchProcess):
+        command = root.cmdline()
     for process in processes:
         with contextlib.suppress(psutil.NoSuchProcess):
+            if process is not root and process.cmdline() == command:
+                continue  # forked, not yet exec'd: the parent's pages, shared, not more memory
             info = process.memory_info()
             total += info.rss
             anonymous += info.rss - getattr(info, "shared", 0)

@@ -11,7 +11,6 @@ anonymous or writable memory, another operating system) is left as it is: there,
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 import mmap
 import os
@@ -30,11 +29,10 @@ def _madvise() -> Any | None:
     """libc's ``madvise`` on Linux, else None."""
     if not sys.platform.startswith("linux"):
         return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    except OSError:
+    try:  # the process's own symbols (libc is loaded): no ``find_library``, which forks to run ldconfig
+        function = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
         return None
-    function = libc.madvise
     function.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     function.restype = ctypes.c_int
     return function
