@@ -40,6 +40,7 @@ from nncf.common.logging import nncf_logger
 from nncf.common.logging.track_progress import track
 
 from nncf_hqq.llm.models import ir_xml
+from nncf_hqq.openvino.pages import release_model_pages
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -176,7 +177,9 @@ def compile_model(model: ModelLike, config: Mapping[str, str] | None = None, cor
     core = core or ov.Core()
     if isinstance(model, str | Path):
         model = core.read_model(ir_xml(model))
-    return core.compile_model(model, "CPU", dict(ACCURACY_CONFIG if config is None else config))
+    compiled = core.compile_model(model, "CPU", dict(ACCURACY_CONFIG if config is None else config))
+    release_model_pages(model)  # read from disk: the compiled model holds what it needs
+    return compiled
 
 
 class StatefulLLM:
