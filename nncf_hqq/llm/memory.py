@@ -5,8 +5,8 @@ The sizes come from the model's files without loading it: the safetensors header
 constants of an OpenVINO IR (read memory-mapped). The coefficients are what the phases measured on random
 checkpoints of real shapes (``benchmarks/checkpoint_memory.py``, docs/memory.md):
 
-- export (optimum-intel, in the checkpoint's precision): the PyTorch model and the converted one, about 1.25x the
-  checkpoint's bytes;
+- export (optimum-intel, in the checkpoint's precision): the checkpoint's pages (PyTorch maps the safetensors files;
+  the converted model shares their memory), about the checkpoint's bytes;
 - data-free compression: the compressed weights, plus a few float32 copies of the largest weight (NNCF's and HQQ's
   working set); the IR's pages are dropped weight by weight (``nncf_hqq.openvino.pages``);
 - a compiled float model (self-calibration's generation, NNCF's statistics, the output check, ``evaluate``):
@@ -31,7 +31,7 @@ SAFETENSORS_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4
 #: Python, OpenVINO, NNCF and optimum imported, tokenizers loaded.
 BASELINE_BYTES = int(0.8 * GIB)
 #: Export's peak over the checkpoint's bytes.
-EXPORT_FACTOR = 1.25
+EXPORT_FACTOR = 1.0
 #: Compressed bytes per parameter: INT4 codes (0.5), a scale and zero point per group of 64 (0.06), the embeddings
 #: and the output head in INT8 (their share is counted at 1 byte in ``compressed_bytes``).
 INT4_BYTES_PER_PARAMETER = 0.56
