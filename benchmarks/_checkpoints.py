@@ -3,8 +3,10 @@
 The model is built on PyTorch's meta device (no memory), then each parameter is drawn at random (bf16, seed per
 tensor) and written into safetensors shards of at most ``SHARD_BYTES``, with the index ``from_pretrained`` reads, so
 a 7B checkpoint needs no more memory than one shard. Norm weights are ones, other tensors normal with std 0.02.
-The tokenizer is a real one when given (``--tokenizer``: a HF tokenizer dir), so that OpenVINO GenAI can load the
-exported model; random weights generate random text, which is all that memory and time measurements need.
+The tokenizer is a real one when given (a HF tokenizer dir), so that OpenVINO GenAI can load the exported model;
+random weights generate random text, which is all that memory and time measurements need. With Phi-3.5-mini's
+shapes (a 32,064-token vocabulary) the Qwen2.5 tokenizer's plain-English ids fit; its special tokens do not and are
+left out of the config.
 """
 
 from __future__ import annotations
@@ -135,8 +137,12 @@ def _copy_tokenizer(tokenizer_dir: Path, out: Path, config: Any) -> None:
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     tokenizer.save_pretrained(out)
-    config.bos_token_id = tokenizer.bos_token_id
-    config.eos_token_id = tokenizer.eos_token_id
+
+    def in_vocabulary(token_id: int | None) -> int | None:  # a smaller model vocabulary than the tokenizer's
+        return token_id if token_id is not None and token_id < config.vocab_size else None
+
+    config.bos_token_id = in_vocabulary(tokenizer.bos_token_id)
+    config.eos_token_id = in_vocabulary(tokenizer.eos_token_id)
 
 
 def _prod(dims: tuple[int, ...]) -> int:
