@@ -206,3 +206,14 @@ def test_evaluate_compiles_every_model_with_the_given_config(monkeypatch: pytest
                 "fp.xml", {"a": "a.xml", "b": "b.xml"}, [], one_at_a_time=one_at_a_time, config=config
             )
     assert seen == [config, config]
+
+
+def test_an_unreadable_ir_is_left_to_the_command_to_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "openvino_model.xml").write_text("<net/>")
+    monkeypatch.setattr(memory, "available_bytes", lambda: 1)
+    args = argparse.Namespace(inference_precision="f32", no_memory_check=False, model=str(tmp_path))
+    cli.check_evaluate_memory(args, tmp_path, [tmp_path])
+    cli.check_compress_memory(_args(model=str(tmp_path)), CompressionOptions(), None)
+    assert capsys.readouterr().err.count("memory: not estimated") == 2

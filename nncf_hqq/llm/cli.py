@@ -445,7 +445,11 @@ def check_compress_memory(args: argparse.Namespace, options: CompressionOptions,
     """Estimates the peak memory of every phase ``compress`` will run (``nncf_hqq.llm.memory``) and raises
     ``NotEnoughMemoryError`` naming the phases that exceed the memory available and the options that fit, unless
     ``--no-memory-check``."""
-    size, export = model_size(args.model)
+    try:
+        size, export = model_size(args.model)
+    except RuntimeError as err:  # not an IR OpenVINO reads: compressing it says why, in its own words
+        _info(f"memory: not estimated ({args.model} could not be read: {str(err).splitlines()[0][:200]})")
+        return
     if size is None:
         _info("memory: not estimated (no safetensors files to read the model's size from)")
         return
@@ -487,7 +491,11 @@ def check_evaluate_memory(args: argparse.Namespace, reference: Path, candidates:
     """Estimates ``evaluate``'s peak memory (the float model compiled, the largest candidate) and raises
     ``NotEnoughMemoryError`` when it exceeds the memory available, unless ``--no-memory-check``; names
     ``--inference-precision bf16`` when that fits."""
-    size = memory.ir_size(workflows.read_model(models.ir_xml(reference)))
+    try:
+        size = memory.ir_size(workflows.read_model(models.ir_xml(reference)))
+    except RuntimeError as err:  # not an IR OpenVINO reads: the evaluation itself says why, in its own words
+        _info(f"memory: not estimated ({reference} could not be read: {str(err).splitlines()[0][:200]})")
+        return
     weights = [models.ir_xml(c).with_suffix(".bin") for c in candidates]
     candidate_bytes = [w.stat().st_size for w in weights if w.is_file()]
     estimate = memory.evaluate_estimate(size, candidate_bytes, args.inference_precision)
