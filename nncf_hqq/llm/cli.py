@@ -411,8 +411,9 @@ def run_compress(args: argparse.Namespace) -> int:
             _info(f"MoE: {len(gates)} routers / gates kept in float (--quantize-routers compresses them)")
         check = None
         if options.self_calibration is not None and not args.no_output_check:
+            del model  # the check holds the candidate it keeps; this reference would keep the first one as well
             model, options, check = workflows.compress_checked_on_outputs(
-                source.xml, model, data_free, options, log=_info, timer=timer
+                source.xml, workflows.read_model(source.xml), data_free, options, log=_info, timer=timer
             )
         else:
             model = workflows.compress_timed(model, options, dataset, timer)
