@@ -472,7 +472,7 @@ def source_model(
     with tempfile.TemporaryDirectory(prefix="nncf-hqq-export-") as tmp:
         if log is not None:
             what = export.describe()
-            log(f"Exporting {model} to OpenVINO IR (weights in the checkpoint's precision) with optimum-intel: {what}")
+            log(f"Exporting {model} to OpenVINO IR (in the checkpoint's precision) with optimum-intel as {what}")
         try:
             with (timer or StepTimer(lambda _: None)).step(EXPORT_PHASE):
                 source = path if kind == "hf_dir" else model
