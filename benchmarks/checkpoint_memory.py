@@ -152,6 +152,16 @@ def genai_check(out: Path) -> dict[str, Any]:
 
 
 def checkpoint(name: str, work: Path) -> Path:
+    """The checkpoint's dir, made in a child process: Linux keeps a process's peak RSS across ``exec``, so a command
+    forked from this process after it had loaded torch would report this process's peak as its own ``ru_maxrss``."""
+    args = [sys.executable, __file__, "--make-checkpoint", name, "--work", str(work)]
+    proc = subprocess.run(args, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise SystemExit(f"could not make the checkpoint {name}: {proc.stderr.strip()}")
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def make_checkpoint(name: str, work: Path) -> Path:
     if name == "smollm2":
         from nncf_hqq.llm import models
 
@@ -182,7 +192,8 @@ def cpu() -> str:
 
 def print_table(rows: list[dict[str, Any]]) -> None:
     print(
-        f"{'model':14} {'GiB':>5} {'run':16} {'rc':>3} {'wall s':>7} {'peak GiB':>9} {'maxrss':>7}  phases (peak GiB)"
+        f"{'model':14} {'GiB':>5} {'run':16} {'rc':>3} {'wall s':>7} {'peak GiB':>9} {'anon':>6} {'maxrss':>7}"
+        "  phases (peak GiB)"
     )
     for r in rows:
         phases = ", ".join(f"{k} {v}" for k, v in r["phase_peak_gib"].items())
@@ -202,7 +213,11 @@ def main() -> int:
     p.add_argument("--genai", action="store_true", help="load every output with openvino_genai and generate")
     p.add_argument("--keep", action="store_true", help="keep the outputs (default: removed after the run)")
     p.add_argument("--json", type=Path, default=Path("results/checkpoint_memory.json"))
+    p.add_argument("--make-checkpoint", metavar="MODEL", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.make_checkpoint:
+        print(make_checkpoint(args.make_checkpoint, args.work))
+        return 0
     rows = []
     for name in args.models.split(","):
         ckpt = checkpoint(name, args.work)
