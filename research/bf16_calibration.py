@@ -1,0 +1,94 @@
+"""Would the self-calibrated default lose accuracy if its float model ran in bf16 instead of f32?
+
+The self-calibrated default compiles the float model in f32 twice: to generate its calibration text
+(``nncf_hqq.self_calibration.GENERATION_CONFIG``) and inside NNCF to collect AWQ's and Scale Estimation's statistics
+(``OVNativeEngine(use_fp32_precision=True)``, no option). In f32 the CPU plugin holds twice a bf16 checkpoint, the
+floor of the command's peak memory (docs/memory.md). This compresses SmolLM2-135M saved as a bf16 checkpoint with the
+default recipe both ways, without the output check (it compiles the float model once more, and picks between
+candidates), and evaluates both against the float model (the fp32 export) as shared/PROTOCOL.md says. The bf16 run
+sets both compilations to bf16 for that one process only; nothing in the package changes.
+
+    python research/bf16_calibration.py --windows 40 --json results/bf16_calibration.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import bf16_export
+
+GIB = 1024**3
+
+#: Run in a child: the default recipe with the float model compiled in bf16 (generation and NNCF's statistics).
+BF16_CHILD = """
+import sys
+import nncf.openvino.engine as engine
+from nncf_hqq import self_calibration
+from nncf_hqq.llm import cli
+engine.OVNativeEngine.__init__.__defaults__ = (False,)
+self_calibration.GENERATION_CONFIG.update({"INFERENCE_PRECISION_HINT": "bf16", "KV_CACHE_PRECISION": "bf16"})
+raise SystemExit(cli.main(sys.argv[1:]))
+"""
+
+F32_CHILD = """
+import sys
+from nncf_hqq.llm import cli
+raise SystemExit(cli.main(sys.argv[1:]))
+"""
+
+
+def compress(child: str, source: Path, out: Path) -> dict[str, float]:
+    """Runs ``nncf-hqq compress`` in a fresh process; its wall time and peak RSS (``ru_maxrss``)."""
+    import time
+
+    argv = ["compress", str(source), str(out), "--group-size", "64", "--no-output-check", "--no-memory-check"]
+    start = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-c", child, *argv], stdout=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"compress failed for {out}")
+    return {"wall_s": round(time.perf_counter() - start, 1), "maxrss_gib": round(usage.ru_maxrss * 1024 / GIB, 2)}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--work", type=Path, default=Path.home() / ".cache" / "nncf_hqq" / "bf16_export")
+    p.add_argument("--windows", type=int, default=40)
+    p.add_argument("--json", type=Path, default=Path("results/bf16_calibration.json"))
+    args = p.parse_args()
+    from nncf_hqq.llm import models
+
+    checkpoint = bf16_export.bf16_checkpoint(args.work)
+    fp32_ir = args.work / "fp32-ir"
+    if not fp32_ir.is_dir():
+        models.export_to_openvino(checkpoint, fp32_ir, dtype="fp32")
+    runs = {"f32 float model": F32_CHILD, "bf16 float model": BF16_CHILD}
+    outs, memory = {}, {}
+    for name, child in runs.items():
+        out = args.work / f"calibration-{name.split()[0]}"
+        memory[name] = compress(child, checkpoint, out)
+        outs[name] = out
+    report = args.work / "calibration-evaluate.json"
+    names = [f"{name}={path}" for name, path in outs.items()]
+    window_args = ["--windows", str(args.windows), "--json", str(report)]
+    bf16_export.cli("evaluate", *names, "--reference", str(fp32_ir), *window_args)
+    results = json.loads(report.read_text())["results"]
+    print(f"{'row':20} {'ppl':>8} {'kl':>8} {'top1':>7} {'wall s':>7} {'maxrss GiB':>10}")
+    for name, m in results.items():
+        run = memory.get(name, {"wall_s": "", "maxrss_gib": ""})
+        print(f"{name:20} {m['ppl']:8.3f} {m['kl']:8.4f} {m['top1']:7.4f} {run['wall_s']:7} {run['maxrss_gib']:10}")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"windows": args.windows, "results": results, "compress": memory}
+    args.json.write_text(json.dumps(payload, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
