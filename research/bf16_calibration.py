@@ -4,11 +4,12 @@ The self-calibrated default compiles the float model in f32 twice: to generate i
 (``nncf_hqq.self_calibration.GENERATION_CONFIG``) and inside NNCF to collect AWQ's and Scale Estimation's statistics
 (``OVNativeEngine(use_fp32_precision=True)``, no option). In f32 the CPU plugin holds twice a bf16 checkpoint, the
 floor of the command's peak memory (docs/memory.md). This compresses SmolLM2-135M saved as a bf16 checkpoint with the
-default recipe both ways, without the output check (it compiles the float model once more, and picks between
-candidates), and evaluates both against the float model (the fp32 export) as shared/PROTOCOL.md says. The bf16 run
-sets both compilations to bf16 for that one process only; nothing in the package changes.
+default recipe both ways, for each of several self-calibration seeds (a different text each), without the output
+check (it compiles the float model once more, and picks between candidates), and evaluates every result against the
+float model (the fp32 export) as shared/PROTOCOL.md says. The bf16 runs set both compilations to bf16 in their own
+process only; nothing in the package changes.
 
-    python research/bf16_calibration.py --windows 40 --json results/bf16_calibration.json
+    python research/bf16_calibration.py --windows 40 --seeds 0,1,2 --json results/bf16_calibration.json
 """
 
 from __future__ import annotations
@@ -26,31 +27,32 @@ import bf16_export
 
 GIB = 1024**3
 
-#: Run in a child: the default recipe with the float model compiled in bf16 (generation and NNCF's statistics).
-BF16_CHILD = """
-import sys
+#: Run in a child: ``nncf-hqq compress`` with the self-calibration seed replaced by ``argv[1]`` and, when ``argv[2]``
+#: is ``bf16``, the float model compiled in bf16 (generation and NNCF's statistics).
+CHILD = """
+import dataclasses, sys
 import nncf.openvino.engine as engine
 from nncf_hqq import self_calibration
 from nncf_hqq.llm import cli
-engine.OVNativeEngine.__init__.__defaults__ = (False,)
-self_calibration.GENERATION_CONFIG.update({"INFERENCE_PRECISION_HINT": "bf16", "KV_CACHE_PRECISION": "bf16"})
-raise SystemExit(cli.main(sys.argv[1:]))
+seed, precision = int(sys.argv[1]), sys.argv[2]
+generate = self_calibration.generate_sequences
+def seeded(model, params=self_calibration.SELF_CALIBRATION_DEFAULT):
+    return generate(model, dataclasses.replace(params, seed=seed))
+self_calibration.generate_sequences = seeded
+if precision == "bf16":
+    engine.OVNativeEngine.__init__.__defaults__ = (False,)
+    self_calibration.GENERATION_CONFIG.update({"INFERENCE_PRECISION_HINT": "bf16", "KV_CACHE_PRECISION": "bf16"})
+raise SystemExit(cli.main(sys.argv[3:]))
 """
 
-F32_CHILD = """
-import sys
-from nncf_hqq.llm import cli
-raise SystemExit(cli.main(sys.argv[1:]))
-"""
 
-
-def compress(child: str, source: Path, out: Path) -> dict[str, float]:
+def compress(seed: int, precision: str, source: Path, out: Path) -> dict[str, float]:
     """Runs ``nncf-hqq compress`` in a fresh process; its wall time and peak RSS (``ru_maxrss``)."""
     import time
 
     argv = ["compress", str(source), str(out), "--group-size", "64", "--no-output-check", "--no-memory-check"]
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-c", child, *argv], stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(seed), precision, *argv], stdout=subprocess.DEVNULL)
     _, status, usage = os.wait4(proc.pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"compress failed for {out}")
@@ -62,6 +64,7 @@ def main() -> int:
     p.add_argument("--work", type=Path, default=Path.home() / ".cache" / "nncf_hqq" / "bf16_export")
     p.add_argument("--windows", type=int, default=40)
     p.add_argument("--json", type=Path, default=Path("results/bf16_calibration.json"))
+    p.add_argument("--seeds", default="0", help="comma-separated self-calibration seeds, each run in both precisions")
     args = p.parse_args()
     from nncf_hqq.llm import models
 
@@ -69,12 +72,13 @@ def main() -> int:
     fp32_ir = args.work / "fp32-ir"
     if not fp32_ir.is_dir():
         models.export_to_openvino(checkpoint, fp32_ir, dtype="fp32")
-    runs = {"f32 float model": F32_CHILD, "bf16 float model": BF16_CHILD}
     outs, memory = {}, {}
-    for name, child in runs.items():
-        out = args.work / f"calibration-{name.split()[0]}"
-        memory[name] = compress(child, checkpoint, out)
-        outs[name] = out
+    for seed in (int(text) for text in args.seeds.split(",")):
+        for precision in ("f32", "bf16"):
+            name = f"{precision}, seed {seed}"
+            out = args.work / f"calibration-{precision}-{seed}"
+            memory[name] = compress(seed, precision, checkpoint, out)
+            outs[name] = out
     report = args.work / "calibration-evaluate.json"
     names = [f"{name}={path}" for name, path in outs.items()]
     window_args = ["--windows", str(args.windows), "--json", str(report)]
