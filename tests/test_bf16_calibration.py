@@ -205,3 +205,46 @@ def test_the_refusal_names_bf16_when_it_fits(monkeypatch: pytest.MonkeyPatch, pr
         cli.check_compress_memory(_args(inference_precision=precision), workflows.CompressionOptions(), None)
     assert suggested in str(info.value)
     assert ("--inference-precision bf16" in str(info.value)) is (precision == "f32")
+
+
+@pytest.mark.usefixtures("seven_b_hf")
+@pytest.mark.parametrize(
+    ("available_gib", "overrides", "expected"),
+    [
+        pytest.param(64, {}, "f32", id="f32-fits"),
+        pytest.param(24.5, {}, "bf16", id="only-bf16-fits"),
+        pytest.param(23, {"no_self_calibration": True}, "f32", id="data-free"),
+        pytest.param(24.5, {"no_output_check": True}, "bf16", id="no-check-only-bf16-fits"),
+    ],
+)
+def test_auto_runs_f32_where_it_fits_and_bf16_where_only_that_fits(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    available_gib: float,
+    overrides: dict[str, object],
+    expected: str,
+) -> None:
+    """The 7B checkpoint's estimates: f32's output check about 38 GiB, bf16's about 24 GiB."""
+    monkeypatch.setattr(memory, "available_bytes", lambda: int(available_gib * GIB))
+    args = _args(inference_precision="auto", **overrides)
+    assert cli.check_compress_memory(args, workflows.CompressionOptions(), None) == expected
+    assert ("self-calibration runs the float model in bf16" in capsys.readouterr().err) is (expected == "bf16")
+
+
+@pytest.mark.usefixtures("seven_b_hf")
+def test_auto_where_nothing_self_calibrated_fits_is_refused_naming_what_fits(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(memory, "available_bytes", lambda: 20 * GIB)
+    with pytest.raises(cli.NotEnoughMemoryError, match="--inference-precision bf16 --no-output-check or"):
+        cli.check_compress_memory(_args(inference_precision="auto"), workflows.CompressionOptions(), None)
+
+
+@pytest.mark.parametrize("other", ["--no-self-calibration", "--no-hqq"])
+def test_a_given_precision_without_self_calibration_is_a_usage_error(
+    other: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ov.save_model(transformer_like(), tmp_path / "model.xml")
+    argv = ["compress", str(tmp_path / "model.xml"), str(tmp_path / "out"), "--inference-precision", "bf16", other]
+    code = cli.main(argv)
+    assert code == 2
+    assert "--inference-precision sets the precision of self-calibration's float model" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
