@@ -143,11 +143,11 @@ def _add_compress_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--inference-precision",
-        choices=COMPRESS_PRECISIONS,
-        default="auto",
+        choices=INFERENCE_PRECISIONS,
+        default="f32",
         help="self-calibration: precision the float model runs in to generate the text, for NNCF's statistics and "
-        "in the output check; bf16 holds a bf16 checkpoint's float model in half the memory of f32, on CPUs with "
-        "bf16 arithmetic; auto (default): f32 when every phase fits in the memory available, else bf16",
+        "in the output check (default f32; bf16 holds a bf16 checkpoint's float model in half the memory, on CPUs "
+        "with bf16 arithmetic)",
     )
     p.add_argument("--subset-size", type=int, default=128, help="calibration samples (default 128)")
     p.add_argument(
@@ -198,10 +198,6 @@ def _add_compress_arguments(p: argparse.ArgumentParser) -> None:
         help="openvino: write an OpenVINO IR (a HF model is exported first); torch: compress a HF model in PyTorch "
         "and write a transformers checkpoint; auto (default): openvino",
     )
-
-
-#: ``compress --inference-precision``: ``auto`` (default) is f32 where every phase fits in memory, else bf16.
-COMPRESS_PRECISIONS = ("auto", *INFERENCE_PRECISIONS)
 
 
 def _add_evaluate_arguments(p: argparse.ArgumentParser) -> None:
@@ -332,11 +328,6 @@ def check_compress_arguments(args: argparse.Namespace) -> None:
         raise UsageError("--scale-estimation needs calibration data: add --dataset TEXT_FILE")
     if args.self_calibration_samples <= 0:
         raise UsageError(f"--self-calibration-samples must be positive, got {args.self_calibration_samples}")
-    if args.inference_precision != "auto" and (args.dataset is not None or args.no_self_calibration or args.no_hqq):
-        raise UsageError(
-            "--inference-precision sets the precision of self-calibration's float model; it cannot be combined with "
-            "--dataset, --no-self-calibration or --no-hqq"
-        )
     if args.self_prompt_text is not None:
         if args.dataset is not None or args.no_self_calibration or args.no_hqq:
             raise UsageError(
@@ -407,7 +398,7 @@ def run_compress(args: argparse.Namespace) -> int:
     task = _task(args)
     if backend == "torch":
         return run_compress_torch(args, options)
-    args.inference_precision = check_compress_memory(args, options, task)
+    check_compress_memory(args, options, task)
     start = time.perf_counter()
     timer = StepTimer(_info)
     with workflows.source_model(args.model, log=_info, timer=timer, task=task) as source:
@@ -460,39 +451,18 @@ def model_size(model: str) -> tuple[memory.ModelSize | None, bool]:
     return (memory.safetensors_size(path) if kind == "hf_dir" else None), True
 
 
-def _fitting_precision(
-    size: memory.ModelSize, export: bool, self_calibration: bool, output_check: bool, available: int
-) -> str:
-    """``--inference-precision auto``: f32 when every phase fits in ``available`` bytes (or nothing self-calibrates),
-    bf16 when only that fits (said on stderr), else f32 (the refusal then names what fits)."""
-    f32 = memory.compress_estimates(size, export, self_calibration, output_check, "f32")
-    if not self_calibration or not memory.too_large(f32, available):
-        return "f32"
-    if memory.too_large(memory.compress_estimates(size, export, True, output_check, "bf16"), available):
-        return "f32"
-    peak = max(f32, key=lambda e: e.total)
-    _info(
-        f"memory: self-calibration runs the float model in bf16, since in f32 {peak.phase} needs about "
-        f"{peak.total / memory.GIB:.1f} GiB of the {available / memory.GIB:.1f} GiB available "
-        "(--inference-precision f32 asks for f32)"
-    )
-    return "bf16"
-
-
-def check_compress_memory(args: argparse.Namespace, options: CompressionOptions, task: str | None) -> str:
+def check_compress_memory(args: argparse.Namespace, options: CompressionOptions, task: str | None) -> None:
     """Estimates the peak memory of every phase ``compress`` will run (``nncf_hqq.llm.memory``) and raises
     ``NotEnoughMemoryError`` naming the phases that exceed the memory available and the options that fit, unless
-    ``--no-memory-check``. Returns the precision self-calibration's float model runs in: ``--inference-precision``,
-    with ``auto`` resolved (f32 where everything fits or nothing could be estimated, else bf16 where that fits)."""
-    given = args.inference_precision
+    ``--no-memory-check``."""
     try:
         size, export = model_size(args.model)
     except RuntimeError as err:  # not an IR OpenVINO reads: compressing it says why, in its own words
         _info(f"memory: not estimated ({args.model} could not be read: {str(err).splitlines()[0][:200]})")
-        return "f32" if given == "auto" else given
+        return
     if size is None:
         _info("memory: not estimated (no safetensors files to read the model's size from)")
-        return "f32" if given == "auto" else given
+        return
     self_calibration = (
         args.dataset is None
         and not args.no_self_calibration
@@ -501,16 +471,14 @@ def check_compress_memory(args: argparse.Namespace, options: CompressionOptions,
         and not (export and workflows.export_task(args.model, task).encoder)
     )
     output_check = self_calibration and not args.no_output_check
-    available = memory.available_bytes()
-    precision = given
-    if given == "auto":
-        precision = _fitting_precision(size, export, self_calibration, output_check, available)
+    precision = args.inference_precision
     estimates = memory.compress_estimates(size, export, self_calibration, output_check, precision)
+    available = memory.available_bytes()
     peak = max(estimates, key=lambda e: e.total)
     _info(f"memory: {peak.describe()} at most; {available / memory.GIB:.1f} GiB available")
     over = memory.too_large(estimates, available)
     if not over or args.no_memory_check:
-        return precision
+        return
     fits = []
     if self_calibration and precision == "f32":
         if not memory.too_large(memory.compress_estimates(size, export, True, output_check, "bf16"), available):
