@@ -6,12 +6,10 @@ The self-calibrated default compiles the float model in f32 twice: to generate i
 floor of the command's peak memory (docs/memory.md). This compresses SmolLM2-135M saved as a bf16 checkpoint with the
 default recipe both ways, for each of several self-calibration seeds (a different text each), without the output
 check (it compiles the float model once more, and picks between candidates), and evaluates every result against the
-float model (the fp32 export) as shared/PROTOCOL.md says. The bf16 runs are ``compress --inference-precision bf16``;
-the seed is set in the child process (the command line has no option for it). ``--model qwen``: the protocol's Qwen
-IR (fp32) at g128 instead.
+float model (the fp32 export) as shared/PROTOCOL.md says. The bf16 runs set both compilations to bf16 in their own
+process only; nothing in the package changes.
 
     python research/bf16_calibration.py --windows 40 --seeds 0,1,2 --json results/bf16_calibration.json
-    python research/bf16_calibration.py --model qwen --windows 20 --seeds 0,1 --json results/bf16_calibration_qwen.json
 """
 
 from __future__ import annotations
@@ -29,30 +27,32 @@ import bf16_export
 
 GIB = 1024**3
 
-#: Run in a child: ``nncf-hqq compress`` with the self-calibration seed replaced by ``argv[1]`` (the command line has
-#: no option for it).
+#: Run in a child: ``nncf-hqq compress`` with the self-calibration seed replaced by ``argv[1]`` and, when ``argv[2]``
+#: is ``bf16``, the float model compiled in bf16 (generation and NNCF's statistics).
 CHILD = """
 import dataclasses, sys
+import nncf.openvino.engine as engine
 from nncf_hqq import self_calibration
 from nncf_hqq.llm import cli
-seed = int(sys.argv[1])
+seed, precision = int(sys.argv[1]), sys.argv[2]
 generate = self_calibration.generate_sequences
 def seeded(model, params=self_calibration.SELF_CALIBRATION_DEFAULT):
     return generate(model, dataclasses.replace(params, seed=seed))
 self_calibration.generate_sequences = seeded
-raise SystemExit(cli.main(sys.argv[2:]))
+if precision == "bf16":
+    engine.OVNativeEngine.__init__.__defaults__ = (False,)
+    self_calibration.GENERATION_CONFIG.update({"INFERENCE_PRECISION_HINT": "bf16", "KV_CACHE_PRECISION": "bf16"})
+raise SystemExit(cli.main(sys.argv[3:]))
 """
 
 
-def compress(seed: int, precision: str, source: Path, out: Path, group_size: int) -> dict[str, float]:
-    """Runs ``nncf-hqq compress --inference-precision PRECISION`` in a fresh process; its wall time and peak RSS
-    (``ru_maxrss``)."""
+def compress(seed: int, precision: str, source: Path, out: Path) -> dict[str, float]:
+    """Runs ``nncf-hqq compress`` in a fresh process; its wall time and peak RSS (``ru_maxrss``)."""
     import time
 
-    argv = ["compress", str(source), str(out), "--group-size", str(group_size), "--no-output-check"]
-    argv += ["--no-memory-check", "--inference-precision", precision]
+    argv = ["compress", str(source), str(out), "--group-size", "64", "--no-output-check", "--no-memory-check"]
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(seed), *argv], stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(seed), precision, *argv], stdout=subprocess.DEVNULL)
     _, status, usage = os.wait4(proc.pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"compress failed for {out}")
@@ -65,27 +65,21 @@ def main() -> int:
     p.add_argument("--windows", type=int, default=40)
     p.add_argument("--json", type=Path, default=Path("results/bf16_calibration.json"))
     p.add_argument("--seeds", default="0", help="comma-separated self-calibration seeds, each run in both precisions")
-    p.add_argument("--model", choices=("smollm2", "qwen"), default="smollm2")
     args = p.parse_args()
     from nncf_hqq.llm import models
 
-    if args.model == "smollm2":  # saved as a bf16 checkpoint, the reference its fp32 export
-        checkpoint = bf16_export.bf16_checkpoint(args.work)
-        fp32_ir = args.work / "fp32-ir"
-        if not fp32_ir.is_dir():
-            models.export_to_openvino(checkpoint, fp32_ir, dtype="fp32")
-        group_size = 64
-    else:  # the protocol's fp32 IR, compressed and referenced as it is, at g128
-        checkpoint = fp32_ir = models.qwen_ov_dir()
-        group_size = 128
+    checkpoint = bf16_export.bf16_checkpoint(args.work)
+    fp32_ir = args.work / "fp32-ir"
+    if not fp32_ir.is_dir():
+        models.export_to_openvino(checkpoint, fp32_ir, dtype="fp32")
     outs, memory = {}, {}
     for seed in (int(text) for text in args.seeds.split(",")):
         for precision in ("f32", "bf16"):
             name = f"{precision}, seed {seed}"
-            out = args.work / f"calibration-{args.model}-{precision}-{seed}"
-            memory[name] = compress(seed, precision, checkpoint, out, group_size)
+            out = args.work / f"calibration-{precision}-{seed}"
+            memory[name] = compress(seed, precision, checkpoint, out)
             outs[name] = out
-    report = args.work / f"calibration-{args.model}-evaluate.json"
+    report = args.work / "calibration-evaluate.json"
     names = [f"{name}={path}" for name, path in outs.items()]
     window_args = ["--windows", str(args.windows), "--json", str(report)]
     bf16_export.cli("evaluate", *names, "--reference", str(fp32_ir), *window_args)
@@ -95,7 +89,7 @@ def main() -> int:
         run = memory.get(name, {"wall_s": "", "maxrss_gib": ""})
         print(f"{name:20} {m['ppl']:8.3f} {m['kl']:8.4f} {m['top1']:7.4f} {run['wall_s']:7} {run['maxrss_gib']:10}")
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"model": args.model, "windows": args.windows, "results": results, "compress": memory}
+    payload = {"windows": args.windows, "results": results, "compress": memory}
     args.json.write_text(json.dumps(payload, indent=1) + "\n")
     return 0
 
