@@ -180,14 +180,6 @@ def test_bf16_halves_self_calibrations_float_model() -> None:
 
 
 @pytest.mark.usefixtures("seven_b_hf")
-def test_a_7b_refusal_on_24_gb_names_bf16_without_the_output_check(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(memory, "available_bytes", lambda: 20 * GIB)
-    with pytest.raises(cli.NotEnoughMemoryError) as info:
-        cli.check_compress_memory(_args(), workflows.CompressionOptions(), None)
-    assert "; --inference-precision bf16 --no-output-check or --no-self-calibration (data-free) fits" in str(info.value)
-
-
-@pytest.mark.usefixtures("seven_b_hf")
 @pytest.mark.parametrize(
     ("precision", "suggested"),
     [

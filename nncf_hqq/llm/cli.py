@@ -480,13 +480,9 @@ def check_compress_memory(args: argparse.Namespace, options: CompressionOptions,
     if not over or args.no_memory_check:
         return
     fits = []
-    if self_calibration and precision == "f32":
-        if not memory.too_large(memory.compress_estimates(size, export, True, output_check, "bf16"), available):
-            fits.append("--inference-precision bf16")
-        elif output_check and not memory.too_large(
-            memory.compress_estimates(size, export, True, False, "bf16"), available
-        ):
-            fits.append("--inference-precision bf16 --no-output-check")
+    bf16 = memory.compress_estimates(size, export, self_calibration, output_check, "bf16")
+    if self_calibration and precision == "f32" and not memory.too_large(bf16, available):
+        fits.append("--inference-precision bf16")
     if output_check and not memory.too_large(
         memory.compress_estimates(size, export, True, False, precision), available
     ):
