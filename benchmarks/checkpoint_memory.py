@@ -16,8 +16,8 @@ the phase it is in is read from the lines ``nncf-hqq`` logs ("export ...", "expo
 
 Runs: ``optimum`` (optimum-cli, INT4 data-free, its defaults), ``data-free`` (``nncf-hqq compress
 --no-self-calibration``), ``self-calibrated`` (the default: self-generated text, AWQ + Scale Estimation + HQQ, the
-output check), ``self-calibrated-bf16`` (the same with ``--inference-precision bf16``), ``no-check`` (the default
-with ``--no-output-check``), ``torch`` (``--backend torch --no-self-calibration``).
+output check), ``no-check`` (the default with ``--no-output-check``), ``torch`` (``--backend torch
+--no-self-calibration``).
 """
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ RUNS = {
     "optimum": "optimum-cli export openvino --weight-format int4",
     "data-free": "nncf-hqq compress --no-self-calibration",
     "self-calibrated": "nncf-hqq compress (self-calibrated, output check)",
-    "self-calibrated-bf16": "nncf-hqq compress --inference-precision bf16 (self-calibrated, output check)",
     "no-check": "nncf-hqq compress --no-output-check",
     "torch": "nncf-hqq compress --backend torch --no-self-calibration",
 }
@@ -64,7 +63,6 @@ def command(run: str, checkpoint: Path, out: Path, group_size: int | None = None
     extra = {
         "data-free": ["--no-self-calibration"],
         "self-calibrated": [],
-        "self-calibrated-bf16": ["--inference-precision", "bf16"],
         "no-check": ["--no-output-check"],
         "torch": ["--backend", "torch", "--no-self-calibration"],
     }[run]
