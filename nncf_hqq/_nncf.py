@@ -11,11 +11,10 @@ The internal names used:
   ``process_stats``, ``ScaleEstimation`` (the output-error guard's reference) and ``track``;
 - NNCF's statistic collection (``TensorCollector``, ``RawReducer``, ``AggregatorBase``, ``StatisticPoint``,
   ``StatisticPointsContainer``, ``WCTensorStatistic``): HQQ's token-row statistics are collected beside NNCF's;
-- four call sites that are replaced for the duration of one ``compress_weights`` call: the ``WeightCompression``
+- three call sites that are replaced for the duration of one ``compress_weights`` call: the ``WeightCompression``
   class that NNCF's OpenVINO (or Torch) ``compress_weights`` instantiates, the ``track`` that names the progress bar
-  of the weight-compression step, the OpenVINO backend's ``compress_weight`` (so that precomputed codes are
-  written as they are instead of being encoded again), and, when self-calibration asks for bf16, the
-  ``OVNativeEngine`` that NNCF's statistics collection compiles the model with (f32 otherwise);
+  of the weight-compression step, and the OpenVINO backend's ``compress_weight`` (so that precomputed codes are
+  written as they are instead of being encoded again);
 - NNCF's Torch backend (its weight-compression backend and encoder, the function hooks that hold decompressors, its
   decompressor modules and packing, graph metatypes, model-graph helpers). These import torch, which the library
   does not need otherwise, so they are imported on first use (``__getattr__`` below).
@@ -33,7 +32,6 @@ from typing import TYPE_CHECKING
 from typing import Any
 
 import nncf
-import nncf.openvino.engine as _ov_engine
 import nncf.openvino.quantization.quantize_model as _ov_quantize_model
 import nncf.quantization.algorithms.weight_compression.algorithm as _wc_algorithm
 import nncf.quantization.algorithms.weight_compression.openvino_backend as _ov_backend
@@ -50,7 +48,6 @@ from nncf.common.tensor_statistics.collectors import TensorCollector
 from nncf.common.tensor_statistics.statistic_point import StatisticPoint
 from nncf.common.tensor_statistics.statistic_point import StatisticPointsContainer
 from nncf.common.tensor_statistics.statistics import WCTensorStatistic
-from nncf.openvino.engine import OVNativeEngine
 from nncf.quantization.algorithms.weight_compression.activation_stats import process_stats
 from nncf.quantization.algorithms.weight_compression.algorithm import WeightCompression
 from nncf.quantization.algorithms.weight_compression.algorithm import check_user_compression_configuration
@@ -113,7 +110,6 @@ __all__ = [
     "INT8SymmetricWeightsDecompressor",
     "NNCFGraph",
     "NNCFNode",
-    "OVNativeEngine",
     "OVWeightCompressionAlgoBackend",
     "PT2InsertionCommand",
     "PT2ModelTransformer",
@@ -158,7 +154,6 @@ __all__ = [
     "pack_uint4",
     "process_stats",
     "split_const_name",
-    "statistics_engine_replaced",
     "torch_weight_compression_replaced",
     "track",
     "track_replaced",
@@ -295,9 +290,3 @@ def compress_weight_replaced(
     """Within the context, NNCF's OpenVINO writer encodes a weight with ``replacement`` (``compress_weight``'s
     signature: weight, reduction axes, config, precomputed compressed weight)."""
     return _replaced(_ov_backend, "compress_weight", replacement)
-
-
-def statistics_engine_replaced(engine: type[OVNativeEngine]) -> contextlib.AbstractContextManager[None]:
-    """Within the context, NNCF compiles an OpenVINO model for statistics (``EngineFactory.create``) as ``engine``
-    (``OVNativeEngine``'s signature) instead of ``OVNativeEngine``, which forces f32 inference."""
-    return _replaced(_ov_engine, "OVNativeEngine", engine)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import inspect
@@ -23,11 +22,9 @@ from nncf import IgnoredScope
 from nncf import SensitivityMetric
 from nncf.quantization.advanced_parameters import AdvancedCompressionParameters as NNCFAdvancedCompressionParameters
 
-from nncf_hqq._nncf import OVNativeEngine
 from nncf_hqq._nncf import check_user_compression_configuration
 from nncf_hqq._nncf import check_versions
 from nncf_hqq._nncf import original_compress_weights
-from nncf_hqq._nncf import statistics_engine_replaced
 from nncf_hqq.hqq import HQQ
 from nncf_hqq.hqq import SUPPORTED_MODES
 from nncf_hqq.integration import weight_compression_with_hqq
@@ -150,8 +147,7 @@ def compress_weights(
     if not hqq:
         validate_without_hqq(mode, hqq_params, target_parameters, advanced_parameters)
         nncf_arguments["dataset"] = calibration_dataset(model, self_calibration, nncf_arguments)
-        with statistics_precision(self_calibration):
-            return original_compress_weights(model, **nncf_arguments)
+        return original_compress_weights(model, **nncf_arguments)
     validate_dataset_argument(dataset)
     low_bit = low_bit_mode(mode)
     params = resolve_hqq_parameters(hqq_params, advanced_parameters)
@@ -177,10 +173,7 @@ def compress_weights(
         scale_estimation_params,
     )
     nncf_arguments["dataset"] = calibration_dataset(model, self_calibration, nncf_arguments)
-    with (
-        weight_compression_with_hqq(hqq_algorithm, torch_model, target_parameters),
-        statistics_precision(self_calibration),
-    ):
+    with weight_compression_with_hqq(hqq_algorithm, torch_model, target_parameters):
         compressed = original_compress_weights(model, **nncf_arguments)
     if torch_model:
         from nncf_hqq.torch import describe_compressed_model  # imports torch
@@ -264,22 +257,6 @@ def calibration_dataset(
         return nncf_arguments["dataset"]
     check_user_compression_configuration(**{**nncf_arguments, "dataset": Dataset([None])})
     return self_calibration_dataset(model, self_calibration)
-
-
-class PluginPrecisionEngine(OVNativeEngine):
-    """NNCF's OpenVINO statistics engine, compiling with the CPU plugin's own inference precision (bf16 on CPUs with
-    bf16 arithmetic) instead of the f32 that ``OVNativeEngine`` forces."""
-
-    def __init__(self, model: ov.Model, use_fp32_precision: bool = True) -> None:
-        super().__init__(model, use_fp32_precision=False)
-
-
-def statistics_precision(self_calibration: SelfCalibration | None) -> contextlib.AbstractContextManager[None]:
-    """Within the context, NNCF collects statistics in ``self_calibration.inference_precision``: bf16 replaces
-    NNCF's statistics engine by ``PluginPrecisionEngine``; f32 (and no self-calibration) leaves NNCF as it is."""
-    if self_calibration is None or self_calibration.inference_precision == "f32":
-        return contextlib.nullcontext()
-    return statistics_engine_replaced(PluginPrecisionEngine)
 
 
 def is_torch_model(model: object) -> bool:

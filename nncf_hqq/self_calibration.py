@@ -36,13 +36,10 @@ LLM_INPUTS = ("input_ids", "attention_mask", "position_ids", "beam_idx")
 #: Inputs a stateful LLM must have to be sampled from.
 REQUIRED_INPUTS = ("input_ids",)
 LOGITS = "logits"
+#: OpenVINO CPU properties of the generation: f32 inference, so that the sequences depend on the seed only.
 #: Tokens ``nucleus_indices`` sorts when they hold the nucleus (a partial sort instead of the vocabulary's).
 NUCLEUS_CANDIDATES = 1024
-#: OpenVINO CPU properties of the generation: f32 inference, so that the sequences depend on the seed only.
 GENERATION_CONFIG = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32"}
-#: ``SelfCalibration.inference_precision``'s values: the precision the float model runs in while it generates the
-#: text and while NNCF collects statistics on it.
-INFERENCE_PRECISIONS = ("f32", "bf16")
 
 
 @dataclass(frozen=True)
@@ -63,10 +60,6 @@ class SelfCalibration:
         ``prompt_len`` consecutive tokens of it, taken at a random offset (after ``start_token_ids``), so the
         generated text follows the user's language and domain rather than whatever the model writes from BOS.
     :param prompt_len: tokens of ``prompt_token_ids`` each sequence starts from (at most its length).
-    :param inference_precision: the precision the float model runs in while it generates the text and while NNCF
-        collects AWQ's and Scale Estimation's statistics on it: ``"f32"`` (default; NNCF's own choice for statistics)
-        or ``"bf16"``, where the CPU plugin holds a bf16 model's weights in bf16, half of what f32 holds (on CPUs
-        with bf16 arithmetic; others run f32). The sequences then depend on the CPU too.
     """
 
     num_samples: int = 32
@@ -78,15 +71,8 @@ class SelfCalibration:
     start_token_ids: tuple[int, ...] | None = None
     prompt_token_ids: tuple[int, ...] | None = None
     prompt_len: int = 16
-    inference_precision: str = "f32"
 
     def __post_init__(self) -> None:
-        if self.inference_precision not in INFERENCE_PRECISIONS:
-            msg = (
-                f"SelfCalibration.inference_precision must be one of {INFERENCE_PRECISIONS}, got "
-                f"{self.inference_precision!r}."
-            )
-            raise nncf.ValidationError(msg)
         for name in ("num_samples", "seq_len", "batch_size", "prompt_len"):
             _check_int(name, getattr(self, name), 1)
         _check_int("seed", self.seed, 0)
@@ -268,24 +254,16 @@ def step_inputs(tokens: np.ndarray, past: int, names: set[str]) -> dict[str, np.
     return {name: value for name, value in inputs.items() if name in names}
 
 
-def generation_config(params: SelfCalibration) -> dict[str, str]:
-    """The CPU properties the float model generates with: :data:`GENERATION_CONFIG`, or bf16 activations and KV
-    cache for ``inference_precision="bf16"``."""
-    if params.inference_precision == "f32":
-        return dict(GENERATION_CONFIG)
-    return {"INFERENCE_PRECISION_HINT": "bf16", "KV_CACHE_PRECISION": "bf16"}
-
-
 def generate_sequences(model: ov.Model, params: SelfCalibration = SELF_CALIBRATION_DEFAULT) -> np.ndarray:
     """``params.num_samples`` token sequences of ``params.seq_len`` sampled from ``model`` (a stateful OpenVINO
-    LLM, compiled on CPU in ``params.inference_precision``; the model itself is not changed), ``[num_samples,
-    seq_len]`` int64. Progress through NNCF's ``track``."""
+    LLM, compiled on CPU in f32; the model itself is not changed), ``[num_samples, seq_len]`` int64. Progress
+    through NNCF's ``track``."""
     vocab_size = check_generative(model)
     rng = np.random.default_rng(params.seed)
     sequences = np.zeros((params.num_samples, params.seq_len), dtype=np.int64)
     starts = start_tokens(params, vocab_size, rng)
     sequences[:, : starts.shape[1]] = starts
-    request = ov.Core().compile_model(model, "CPU", generation_config(params)).create_infer_request()
+    request = ov.Core().compile_model(model, "CPU", GENERATION_CONFIG).create_infer_request()
     release_model_pages(model)  # a model read from disk: the compiled one holds the weights it needs
     names = _input_names(model)
     batches = range(0, params.num_samples, params.batch_size)

@@ -301,9 +301,9 @@ def test_output_check_writes_the_least_kl_candidate(
     """With the measured KL made to favour NNCF's RTN, RTN's model (u4 zero points, no HQQ) is what is written."""
     original = workflows.evaluation.evaluate_llms
 
-    def rtn_closest(reference: Any, candidates: Any, windows: Any, config: Any = None) -> dict[str, dict[str, float]]:
+    def rtn_closest(reference: Any, candidates: Any, windows: Any) -> dict[str, dict[str, float]]:
         assert len(windows) == workflows.OUTPUT_CHECK_SEQUENCES
-        metrics = original(reference, candidates, windows, config=config)
+        metrics = original(reference, candidates, windows)
         if "rtn" in candidates:  # the candidates are evaluated one at a time
             metrics["rtn"]["kl"] = 0.0
         return metrics

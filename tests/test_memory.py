@@ -83,7 +83,6 @@ def _args(**overrides: object) -> argparse.Namespace:
         "no_self_calibration": False,
         "no_output_check": False,
         "no_memory_check": False,
-        "inference_precision": "f32",
     }
     values.update(overrides)
     return argparse.Namespace(**values)

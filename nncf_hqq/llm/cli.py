@@ -37,7 +37,6 @@ from nncf_hqq.llm import workflows
 from nncf_hqq.llm.timing import StepTimer
 from nncf_hqq.llm.workflows import MODES
 from nncf_hqq.llm.workflows import CompressionOptions
-from nncf_hqq.self_calibration import INFERENCE_PRECISIONS
 from nncf_hqq.self_calibration import SELF_CALIBRATION_DEFAULT
 
 PROG = "nncf-hqq"
@@ -140,14 +139,6 @@ def _add_compress_arguments(p: argparse.ArgumentParser) -> None:
         type=Path,
         help="self-calibration: a short text in the language and domain the model will serve; every generated "
         f"sequence continues {SELF_CALIBRATION_DEFAULT.prompt_len} tokens of it (default: generate from BOS alone)",
-    )
-    p.add_argument(
-        "--inference-precision",
-        choices=INFERENCE_PRECISIONS,
-        default="f32",
-        help="self-calibration: precision the float model runs in to generate the text, for NNCF's statistics and "
-        "in the output check (default f32; bf16 holds a bf16 checkpoint's float model in half the memory, on CPUs "
-        "with bf16 arithmetic)",
     )
     p.add_argument("--subset-size", type=int, default=128, help="calibration samples (default 128)")
     p.add_argument(
@@ -471,8 +462,7 @@ def check_compress_memory(args: argparse.Namespace, options: CompressionOptions,
         and not (export and workflows.export_task(args.model, task).encoder)
     )
     output_check = self_calibration and not args.no_output_check
-    precision = args.inference_precision
-    estimates = memory.compress_estimates(size, export, self_calibration, output_check, precision)
+    estimates = memory.compress_estimates(size, export, self_calibration, output_check)
     available = memory.available_bytes()
     peak = max(estimates, key=lambda e: e.total)
     _info(f"memory: {peak.describe()} at most; {available / memory.GIB:.1f} GiB available")
@@ -480,12 +470,7 @@ def check_compress_memory(args: argparse.Namespace, options: CompressionOptions,
     if not over or args.no_memory_check:
         return
     fits = []
-    bf16 = memory.compress_estimates(size, export, self_calibration, output_check, "bf16")
-    if self_calibration and precision == "f32" and not memory.too_large(bf16, available):
-        fits.append("--inference-precision bf16")
-    if output_check and not memory.too_large(
-        memory.compress_estimates(size, export, True, False, precision), available
-    ):
+    if output_check and not memory.too_large(memory.compress_estimates(size, export, True, False), available):
         fits.append("--no-output-check")
     if self_calibration and not memory.too_large(memory.compress_estimates(size, export, False, False), available):
         fits.append("--no-self-calibration (data-free)")
@@ -672,17 +657,15 @@ def _self_calibration(
         _info(f"Self-calibration not used: {obstacle}")
         return options
     prompt = _prompt_token_ids(args, files_dir)
-    options = workflows.self_calibrated(
-        options, files_dir, args.self_calibration_samples, prompt, args.inference_precision
-    )
+    options = workflows.self_calibrated(options, files_dir, args.self_calibration_samples, prompt)
     params = options.self_calibration or SELF_CALIBRATION_DEFAULT
     start = f"BOS token {params.start_token_ids[0]}" if params.start_token_ids else "random tokens (no BOS in config)"
     if prompt is not None:
         start += f" and {params.prompt_len} tokens of {args.self_prompt_text} ({len(prompt)} tokens)"
     _info(
         f"Self-calibration: the model generates {params.num_samples} sequences of {params.seq_len} tokens from {start} "
-        f"(temperature {params.temperature}, top-p {params.top_p}, seed {params.seed}, float model in "
-        f"{params.inference_precision}) for AWQ + Scale Estimation + HQQ; --no-self-calibration compresses data-free"
+        f"(temperature {params.temperature}, top-p {params.top_p}, seed {params.seed}) for AWQ + Scale Estimation + "
+        "HQQ; --no-self-calibration compresses data-free"
     )
     if not args.no_output_check:
         _info(
@@ -736,8 +719,6 @@ def _describe_options(options: CompressionOptions, data_aware: bool) -> str:
     elif generated is not None:
         steered = " continuing --self-prompt-text" if generated.prompt_token_ids is not None else ""
         parts.append(f"self-calibrated on {generated.num_samples} generated sequences{steered}")
-        if generated.inference_precision != "f32":
-            parts.append(f"float model in {generated.inference_precision}")
         if subset_size < generated.num_samples:
             parts.append(f"subset size {subset_size}")
     if options.awq:

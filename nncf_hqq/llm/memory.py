@@ -39,7 +39,7 @@ INT4_BYTES_PER_PARAMETER = 0.56
 LARGEST_WEIGHT_COPIES = 3
 #: Compiled float model: bytes per parameter (f32 inference) and per logit kept for a window.
 FLOAT_COMPILED_BYTES = 4
-#: The same in bf16 inference (``--inference-precision bf16`` of ``evaluate`` and ``compress``).
+#: The same in bf16 inference (``nncf-hqq evaluate --inference-precision bf16``).
 BF16_COMPILED_BYTES = 2
 
 
@@ -125,31 +125,24 @@ class PhaseEstimate:
         )
 
 
-def compiled_float_bytes(size: ModelSize, precision: str) -> tuple[str, int]:
-    """The float model compiled in ``precision`` (4 bytes a parameter in f32, 2 in bf16), named for a message."""
-    per_parameter = FLOAT_COMPILED_BYTES if precision == "f32" else BF16_COMPILED_BYTES
-    return f"float model compiled in {precision}", per_parameter * size.parameters
-
-
 def compress_estimates(
-    size: ModelSize, export: bool, self_calibration: bool, output_check: bool, precision: str = "f32"
+    size: ModelSize, export: bool, self_calibration: bool, output_check: bool
 ) -> list[PhaseEstimate]:
-    """The phases ``compress`` will run on a model of ``size`` and the peak memory each needs; self-calibration's
-    float model runs in ``precision`` (``--inference-precision``)."""
+    """The phases ``compress`` will run on a model of ``size`` and the peak memory each needs."""
     compressed = size.compressed_bytes()
     working = LARGEST_WEIGHT_COPIES * FLOAT_COMPILED_BYTES * size.largest
-    float_compiled = compiled_float_bytes(size, precision)
+    float_compiled = FLOAT_COMPILED_BYTES * size.parameters
     phases = []
     if export:
         phases.append(
             PhaseEstimate("export", (("checkpoint being converted", int(EXPORT_FACTOR * size.stored_bytes)),))
         )
     if self_calibration:
-        phases.append(PhaseEstimate("self-calibration text", (float_compiled,)))
-        phases.append(PhaseEstimate("statistics", (float_compiled,)))
+        phases.append(PhaseEstimate("self-calibration text", (("float model compiled in f32", float_compiled),)))
+        phases.append(PhaseEstimate("statistics", (("float model compiled in f32", float_compiled),)))
     phases.append(PhaseEstimate("compression", (("compressed weights", compressed), ("working set", working))))
     if self_calibration and output_check:
-        parts = (float_compiled, ("two compressed candidates", 2 * compressed))
+        parts = (("float model compiled in f32", float_compiled), ("two compressed candidates", 2 * compressed))
         phases.append(PhaseEstimate("output check", parts))
     return phases
 
@@ -157,7 +150,11 @@ def compress_estimates(
 def evaluate_estimate(size: ModelSize, candidate_bytes: Sequence[int], precision: str = "f32") -> PhaseEstimate:
     """``evaluate``'s peak: the float model compiled in ``precision`` (4 bytes a parameter in f32, 2 in bf16) and the
     largest candidate (``candidate_bytes``: their weights files; one is compiled at a time)."""
-    parts = (compiled_float_bytes(size, precision), ("candidate", max(candidate_bytes, default=0)))
+    per_parameter = FLOAT_COMPILED_BYTES if precision == "f32" else BF16_COMPILED_BYTES
+    parts = (
+        (f"float model compiled in {precision}", per_parameter * size.parameters),
+        ("candidate", max(candidate_bytes, default=0)),
+    )
     return PhaseEstimate("evaluate", parts)
 
 

@@ -31,7 +31,6 @@ from nncf.common.logging import nncf_logger
 
 import nncf_hqq
 from nncf_hqq._nncf import WeightCompression
-from nncf_hqq.api import statistics_precision
 from nncf_hqq.hqq import SUPPORTED_MODES
 from nncf_hqq.llm import evaluation
 from nncf_hqq.llm import models
@@ -158,8 +157,7 @@ def compress_model(model: Any, options: CompressionOptions, dataset: nncf.Datase
         ignored = options.ignored_scope(model)
     else:
         ignored = nncf.IgnoredScope(patterns=list(options.ignore)) if options.ignore else None
-    with statistics_precision(options.self_calibration):  # a generated dataset comes without its precision
-        return nncf_hqq.compress_weights(model, **options.nncf_kwargs(dataset, ignored))
+    return nncf_hqq.compress_weights(model, **options.nncf_kwargs(dataset, ignored))
 
 
 #: The phases of ``nncf-hqq compress`` that ``compress_timed`` and ``save_model_dir`` time (``StepTimer`` names).
@@ -231,22 +229,16 @@ def self_calibration_obstacle(options: CompressionOptions, model: ov.Model) -> s
 
 
 def self_calibrated(
-    options: CompressionOptions,
-    files_dir: Path | None,
-    samples: int,
-    prompt_token_ids: Sequence[int] | None = None,
-    inference_precision: str = "f32",
+    options: CompressionOptions, files_dir: Path | None, samples: int, prompt_token_ids: Sequence[int] | None = None
 ) -> CompressionOptions:
     """``options`` with AWQ, Scale Estimation and self-calibration on (``samples`` sequences), generation starting
     from the model's BOS token (``generation_config.json``/``config.json`` in ``files_dir``; random start tokens
-    when there is none), followed by a window of ``prompt_token_ids`` (a short user text) when given; the float
-    model runs in ``inference_precision`` (``SelfCalibration.inference_precision``)."""
+    when there is none), followed by a window of ``prompt_token_ids`` (a short user text) when given."""
     bos = sanity.generation_bos_token_id(files_dir)
     params = SELF_CALIBRATION_DEFAULT.replace(
         num_samples=samples,
         start_token_ids=(bos,) if bos is not None else None,
         prompt_token_ids=tuple(prompt_token_ids) if prompt_token_ids is not None else None,
-        inference_precision=inference_precision,
     )
     return dataclasses.replace(options, awq=True, scale_estimation=True, self_calibration=params)
 
@@ -279,18 +271,15 @@ def held_out_sequences(model: ov.Model, params: SelfCalibration) -> list[np.ndar
 @dataclass(frozen=True)
 class OutputCheck:
     """What the output check measured: every candidate's KL divergence from the float model, top-1 agreement and
-    perplexity on the held-out generated sequences (the float model as ``fp``), the candidate kept, and the precision
-    every model ran in."""
+    perplexity on the held-out generated sequences (the float model as ``fp``), and the candidate kept."""
 
     chosen: str
     metrics: Mapping[str, Mapping[str, float]]
-    inference_precision: str = "f32"
 
     def record(self) -> dict[str, Any]:
         return {
             "chosen": self.chosen,
             "held_out_sequences": OUTPUT_CHECK_SEQUENCES,
-            "inference_precision": self.inference_precision,
             "metrics": {name: {k: m[k] for k in METRICS} for name, m in self.metrics.items()},
         }
 
@@ -307,7 +296,7 @@ def compress_checked_on_outputs(
     outputs on held-out generated sequences are closest to the float model's (least KL divergence), with its
     options and what was measured. Judged on the whole model's outputs, so the result is never worse than RTN's
     there. ``timer`` times the self-calibrated compression's phases (``compress_timed``), then the rest of the
-    check as ``OUTPUT_CHECK_PHASE``. Every model runs in the self-calibration's ``inference_precision``.
+    check as ``OUTPUT_CHECK_PHASE``.
 
     The candidates are compressed and evaluated one at a time: memory holds the candidate kept so far, the one being
     compressed or evaluated (compiled, with the compiled float model, during its evaluation) and one logits block
@@ -326,23 +315,21 @@ def compress_checked_on_outputs(
     kept = compress_timed(model, first_options, None, timer)
     weights_file = models.ir_xml(model_xml).with_suffix(".bin")
     release_file_mappings(weights_file)
-    precision = self_calibrated.self_calibration.inference_precision
-    config = evaluation.inference_config(precision)
     with timer.step(OUTPUT_CHECK_PHASE):
         held_out = held_out_sequences(read_model(model_xml), self_calibrated.self_calibration)
-        metrics = evaluation.evaluate_llms(model_xml, {first: kept}, held_out, config=config)
+        metrics = evaluation.evaluate_llms(model_xml, {first: kept}, held_out)
         chosen = first
         for name, options in others:
             log(f"Output check: compressing the {name} candidate")
             candidate = compress_model(read_model(model_xml), options)
             release_file_mappings(weights_file)  # the float weights NNCF's RTN read stay mapped in the candidate
-            metrics[name] = evaluation.evaluate_llms(model_xml, {name: candidate}, held_out, config=config)[name]
+            metrics[name] = evaluation.evaluate_llms(model_xml, {name: candidate}, held_out)[name]
             if metrics[name]["kl"] < metrics[chosen]["kl"]:  # ties keep the earlier candidate
                 chosen, kept = name, candidate
             del candidate
     summary = ", ".join(f"{name} {metrics[name]['kl']:.4f}" for name in candidates)
     log(f"Output check on {len(held_out)} held-out generated sequences, KL vs float: {summary}; keeping {chosen}")
-    return kept, candidates[chosen], OutputCheck(chosen, metrics, precision)
+    return kept, candidates[chosen], OutputCheck(chosen, metrics)
 
 
 #: ``--backend`` choices. ``auto`` and ``openvino``: an OpenVINO IR is compressed as it is, a HF model is exported to
