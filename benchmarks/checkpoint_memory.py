@@ -5,7 +5,7 @@ The checkpoints are random bf16 models of released shapes (``_checkpoints.SHAPES
 mini, Qwen2.5-7B), written shard by shard with the real Qwen2.5 tokenizer (from the Qwen GGUF of
 ``../shared``), or ``smollm2``: SmolLM2-135M's fp32 checkpoint (``nncf_hqq.llm.models``). Every command runs as a
 child process; its memory is sampled every 0.2 s (the resident memory of the process and its children, summed; also
-without the pages of mapped files, "anon", which the kernel can drop and read again), and
+without the pages of mapped files, "anon", which the kernel can drop and read again), overall and per phase, and
 the phase it is in is read from the lines ``nncf-hqq`` logs ("export ...", "export: 42.5 s"). The kernel's own peak
 (``ru_maxrss`` of the largest process) is reported too. ``--genai`` then loads every written dir with
 ``openvino_genai.LLMPipeline`` and generates 8 tokens (peak memory of that, too).
@@ -53,20 +53,22 @@ RUNS = {
 GROUP_SIZE = {"smollm2": 64}
 
 
-def command(run: str, checkpoint: Path, out: Path, group_size: int | None = None) -> list[str]:
+def command(
+    run: str, checkpoint: Path, out: Path, group_size: int | None = None, extra: tuple[str, ...] = ()
+) -> list[str]:
     bin_dir = Path(sys.executable).parent
     groups = ["--group-size", str(group_size)] if group_size is not None else []
     if run == "optimum":
         task = "text-generation-with-past"
         head = [str(bin_dir / "optimum-cli"), "export", "openvino", "--model", str(checkpoint)]
         return [*head, "--weight-format", "int4", *groups, "--task", task, str(out)]
-    extra = {
+    options = {
         "data-free": ["--no-self-calibration"],
         "self-calibrated": [],
         "no-check": ["--no-output-check"],
         "torch": ["--backend", "torch", "--no-self-calibration"],
     }[run]
-    return [str(bin_dir / "nncf-hqq"), "compress", str(checkpoint), str(out), *extra, *groups]
+    return [str(bin_dir / "nncf-hqq"), "compress", str(checkpoint), str(out), *options, *groups, *extra]
 
 
 def tree_memory(pid: int) -> tuple[int, int]:
@@ -99,6 +101,7 @@ def measured(argv: list[str], log: Path) -> dict[str, Any]:
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
     phases: list[str] = []
     peaks: dict[str, int] = {}
+    anonymous_peaks: dict[str, int] = {}
     peak = [0, 0]
     done = threading.Event()
 
@@ -108,6 +111,7 @@ def measured(argv: list[str], log: Path) -> dict[str, Any]:
             peak[0], peak[1] = max(peak[0], rss), max(peak[1], anonymous)
             name = phases[-1] if phases else "(start-up)"
             peaks[name] = max(peaks.get(name, 0), rss)
+            anonymous_peaks[name] = max(anonymous_peaks.get(name, 0), anonymous)
             time.sleep(0.2)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -131,6 +135,7 @@ def measured(argv: list[str], log: Path) -> dict[str, Any]:
         "peak_anonymous_gib": round(peak[1] / GIB, 2),
         "maxrss_gib": round(usage.ru_maxrss * 1024 / GIB, 2),
         "phase_peak_gib": {name: round(value / GIB, 2) for name, value in peaks.items()},
+        "phase_anonymous_peak_gib": {name: round(value / GIB, 2) for name, value in anonymous_peaks.items()},
     }
 
 
@@ -193,10 +198,11 @@ def cpu() -> str:
 def print_table(rows: list[dict[str, Any]]) -> None:
     print(
         f"{'model':14} {'GiB':>5} {'run':16} {'rc':>3} {'wall s':>7} {'peak GiB':>9} {'anon':>6} {'maxrss':>7}"
-        "  phases (peak GiB)"
+        "  phases (peak / anon GiB)"
     )
     for r in rows:
-        phases = ", ".join(f"{k} {v}" for k, v in r["phase_peak_gib"].items())
+        anonymous = r.get("phase_anonymous_peak_gib", {})
+        phases = ", ".join(f"{k} {v}/{anonymous.get(k, '-')}" for k, v in r["phase_peak_gib"].items())
         print(
             f"{r['model']:14} {r['checkpoint_gib']:5} {r['run']:16} {r['returncode']:3} {r['wall_s']:7} "
             f"{r['peak_gib']:9} {r['peak_anonymous_gib']:6} {r['maxrss_gib']:7}  {phases}"
@@ -213,6 +219,9 @@ def main() -> int:
     p.add_argument("--genai", action="store_true", help="load every output with openvino_genai and generate")
     p.add_argument("--keep", action="store_true", help="keep the outputs (default: removed after the run)")
     p.add_argument("--json", type=Path, default=Path("results/checkpoint_memory.json"))
+    p.add_argument(
+        "--nncf-hqq-args", default="", help="more options for the nncf-hqq runs, e.g. '--no-memory-check' (recorded)"
+    )
     p.add_argument("--make-checkpoint", metavar="MODEL", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.make_checkpoint:
@@ -226,8 +235,14 @@ def main() -> int:
             shutil.rmtree(out, ignore_errors=True)
             log = args.work / "out" / f"{name}-{run}.log"
             log.parent.mkdir(parents=True, exist_ok=True)
-            row = {"model": name, "checkpoint_gib": size_gib(ckpt), "run": run, "command": RUNS[run]}
-            row |= measured(command(run, ckpt, out, GROUP_SIZE.get(name)), log)
+            extra = tuple(args.nncf_hqq_args.split()) if run != "optimum" else ()
+            row = {
+                "model": name,
+                "checkpoint_gib": size_gib(ckpt),
+                "run": run,
+                "command": " ".join([RUNS[run], *extra]),
+            }
+            row |= measured(command(run, ckpt, out, GROUP_SIZE.get(name), extra), log)
             if args.genai and row["returncode"] == 0:
                 row["genai"] = genai_check(out)
             rows.append(row)

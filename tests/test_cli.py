@@ -747,6 +747,48 @@ def test_output_check_measures_what_evaluating_all_candidates_at_once_measures(
     assert isinstance(model, ov.Model)
 
 
+def test_output_check_runs_the_float_model_once_before_any_candidate_and_removes_its_recording(
+    tiny_llm: tuple[Path, Any],  # noqa: F811
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The float model is compiled for evaluation once, to record its logits into ``scratch_dir``, before the first
+    candidate is compressed; the candidates are evaluated against that recording, which is removed afterwards."""
+    from nncf_hqq.llm import evaluation
+
+    events: list[str] = []
+    recordings: list[Path] = []
+    compile_llm, compress = evaluation.StatefulLLM.__init__, workflows.compress_model
+    make_recording = evaluation.RecordedLogits.__init__
+
+    def compiled(self: Any, model: Any, *args: Any) -> None:
+        events.append("compile float" if isinstance(model, str | Path) else "compile candidate")
+        compile_llm(self, model, *args)
+
+    def recorded(self: Any, path: Path, *args: Any) -> None:
+        recordings.append(path)
+        make_recording(self, path, *args)
+
+    def compressed(*args: Any, **kwargs: Any) -> Any:
+        events.append("compress")
+        return compress(*args, **kwargs)
+
+    monkeypatch.setattr(evaluation.StatefulLLM, "__init__", compiled)
+    monkeypatch.setattr(evaluation.RecordedLogits, "__init__", recorded)
+    monkeypatch.setattr(workflows, "compress_model", compressed)
+    xml = models.ir_xml(tiny_llm[0])
+    data_free = workflows.CompressionOptions(group_size=64)
+    calibrated = workflows.self_calibrated(data_free, tiny_llm[0], 4)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    workflows.compress_checked_on_outputs(
+        xml, workflows.read_model(xml), data_free, calibrated, log=lambda _: None, scratch_dir=scratch
+    )
+    assert events == ["compile float"] + ["compress", "compile candidate"] * 3
+    assert len(recordings) == 1 and recordings[0].parent.parent == scratch
+    assert list(scratch.iterdir()) == []
+
+
 def test_evaluate_all_at_once_gives_the_default_one_at_a_time_results(
     compressed_dir: Path,
     tiny_llm: tuple[Path, Any],  # noqa: F811

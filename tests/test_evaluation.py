@@ -255,6 +255,75 @@ def test_metrics_do_not_depend_on_the_vocabulary_chunk(tiny_llm: tuple[Path, Any
     assert whole["noisy"]["kl"] > 1e-4
 
 
+# --------------------------------------------------------------------------------------------------------------------
+# A reference recorded to a file (the output check's float model)
+# --------------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("read_chunk", [8, 5, None], ids=["read-as-recorded", "read-in-other-blocks", "read-whole"])
+def test_recorded_reference_gives_the_metrics_of_the_model_itself(
+    tiny_llm: tuple[Path, Any], windows: list[np.ndarray], tmp_path: Path, read_chunk: int | None
+) -> None:
+    ir_dir = tiny_llm[0]
+    noisy = _perturbed(ir_dir)
+    recorded = ev.RecordedLogits.record(ir_dir, windows, tmp_path / "fp.bin", chunk=8)
+    assert (tmp_path / "fp.bin").stat().st_size == 4 * len(windows) * WINDOW * len(tiny_llm[1])
+    live = ev.evaluate_llms(ir_dir, {"noisy": noisy}, windows, chunk=8)
+    replayed = ev.evaluate_llms(recorded, {"noisy": noisy}, windows, chunk=read_chunk)
+    live_whole = ev.evaluate_llms(ir_dir, {"noisy": noisy}, windows, chunk=read_chunk) if read_chunk != 8 else live
+    for name in ("fp", "noisy"):
+        metrics = ("ppl", "kl", "top1")
+        if read_chunk == 8:  # the same blocks, bytes for bytes: the same sums
+            assert {k: replayed[name][k] for k in metrics} == {k: live[name][k] for k in metrics}
+        else:  # the candidate runs in other blocks: its logits are those of another request split, to float rounding
+            for k in metrics:
+                assert replayed[name][k] == pytest.approx(live_whole[name][k], rel=1e-5, abs=1e-7)
+    np.testing.assert_array_equal(
+        np.concatenate(list(recorded.logit_blocks(windows[1], 3))), ev.StatefulLLM(ir_dir).logits(windows[1], 8)
+    )
+
+
+def test_recorded_reference_refuses_a_window_it_did_not_record(
+    tiny_llm: tuple[Path, Any], windows: list[np.ndarray], tmp_path: Path
+) -> None:
+    recorded = ev.RecordedLogits.record(tiny_llm[0], windows[:1], tmp_path / "fp.bin")
+    with pytest.raises(KeyError, match=f"no recorded logits for a window of {WINDOW} tokens"):
+        next(recorded.logit_blocks(windows[1]))
+
+
+def _resident_bytes_of(path: Path) -> int:
+    """Resident bytes of this process's mappings of ``path`` (``/proc/self/smaps``)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        fields = line.split()
+        if "-" in fields[0] and len(fields) >= 5 and ":" in fields[3]:  # a mapping's header line
+            inside = len(fields) == 6 and fields[5] == str(path.resolve())
+        elif inside and fields[0] == "Rss:":
+            total += int(fields[1]) * 1024
+    return total
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="resident pages per mapping are read on Linux")
+def test_recorded_reference_keeps_about_one_block_resident(tmp_path: Path) -> None:
+    rows, vocab, blocks = 256, 4096, 4  # 4 MiB a block
+    data = np.random.default_rng(0).standard_normal((blocks * rows, vocab)).astype(np.float32)
+    path = tmp_path / "logits.bin"
+    data.tofile(path)
+    keys = [np.arange(rows, dtype=np.int64) + i for i in range(blocks)]
+    recorded = ev.RecordedLogits(path, vocab, {k.tobytes(): (i + 1) * rows for i, k in enumerate(keys)})
+    peak = 0
+    for i, key in enumerate(keys):
+        lo = i * rows
+        for block in recorded.logit_blocks(key, 64):
+            np.testing.assert_array_equal(block, data[lo : lo + len(block)])
+            lo += len(block)
+            peak = max(peak, _resident_bytes_of(path))
+    # the block being read, and what the kernel maps around it (up to a 2 MiB page of the page cache)
+    assert 0 < peak <= 64 * vocab * 4 + (2 << 20) < blocks * rows * vocab * 4 / 4
+    assert _resident_bytes_of(path) == 0  # every block read has been dropped
+    whole = [block.copy() for block in recorded.logit_blocks(keys[2])]
+    assert len(whole) == 1 and _resident_bytes_of(path) == 0
+    np.testing.assert_array_equal(whole[0], data[2 * rows : 3 * rows])
+
+
 def test_chunked_prefill_computes_the_window_of_one_request(
     tiny_llm: tuple[Path, Any], windows: list[np.ndarray]
 ) -> None:

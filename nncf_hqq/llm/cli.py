@@ -412,8 +412,16 @@ def run_compress(args: argparse.Namespace) -> int:
         check = None
         if options.self_calibration is not None and not args.no_output_check:
             del model  # the check holds the candidate it keeps; this reference would keep the first one as well
+            scratch = args.out.resolve().parent  # the float model's recorded logits, beside OUT, removed after
+            scratch.mkdir(parents=True, exist_ok=True)
             model, options, check = workflows.compress_checked_on_outputs(
-                source.xml, workflows.read_model(source.xml), data_free, options, log=_info, timer=timer
+                source.xml,
+                workflows.read_model(source.xml),
+                data_free,
+                options,
+                log=_info,
+                timer=timer,
+                scratch_dir=scratch,
             )
         else:
             model = workflows.compress_timed(model, options, dataset, timer)

@@ -40,6 +40,7 @@ from nncf.common.logging import nncf_logger
 from nncf.common.logging.track_progress import track
 
 from nncf_hqq.llm.models import ir_xml
+from nncf_hqq.openvino.pages import release_file_pages
 from nncf_hqq.openvino.pages import release_model_pages
 
 if TYPE_CHECKING:
@@ -207,6 +208,69 @@ class StatefulLLM:
         return blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
 
 
+class RecordedLogits:
+    """A model's logits on fixed windows, recorded once into a file (``record``) and read back block by block in its
+    place: a reference that costs disk space (``tokens x vocab`` float32) instead of a compiled model's memory. The
+    blocks are the bytes the model returned, so metrics against it equal those against the model itself.
+
+    Each block is read from a read-only mapping of the file, and the pages of the blocks already read are dropped
+    (``release_file_pages``), so memory holds about one block whatever the file's size."""
+
+    def __init__(self, path: Path, vocab: int, offsets: Mapping[bytes, int]) -> None:
+        self.path = path
+        self._offsets = dict(offsets)
+        rows = max(self._offsets.values(), default=0)
+        self._logits = np.memmap(path, dtype=np.float32, mode="r", shape=(rows, vocab)) if rows else None
+
+    @classmethod
+    def record(
+        cls,
+        model: ModelLike | StatefulLLM,
+        windows: Sequence[np.ndarray],
+        path: str | Path,
+        chunk: int | None = PREFILL_CHUNK,
+        config: Mapping[str, str] | None = None,
+    ) -> RecordedLogits:
+        """Runs ``model`` (compiled here with ``config`` unless it is a ``StatefulLLM``, and released on return) over
+        ``windows`` as ``StatefulLLM.logit_blocks`` with ``chunk`` does, writing every block to ``path``."""
+        llm = model if isinstance(model, StatefulLLM) else StatefulLLM(model, config)
+        offsets: dict[bytes, int] = {}
+        rows, vocab = 0, 0
+        with Path(path).open("wb") as out:
+            for input_ids in track(windows, description="Recording the reference logits"):
+                for block in llm.logit_blocks(input_ids, chunk):
+                    np.ascontiguousarray(block, dtype=np.float32).tofile(out)
+                    rows, vocab = rows + len(block), block.shape[-1]
+                offsets[_window_key(input_ids)] = rows
+        return cls(Path(path), vocab, offsets)
+
+    def logit_blocks(self, input_ids: np.ndarray, chunk: int | None = None) -> Iterator[np.ndarray]:
+        """The recorded logits of ``input_ids`` (a recorded window) in blocks of ``chunk`` rows (all in one when
+        None), each a read-only view of the file whose pages are dropped once the next block is asked for."""
+        end = self._offsets.get(_window_key(input_ids))
+        if end is None or self._logits is None:
+            msg = f"no recorded logits for a window of {len(input_ids)} tokens in {self.path}"
+            raise KeyError(msg)
+        begin = end - len(input_ids)
+        step = len(input_ids) if chunk is None else chunk
+        for lo in range(begin, end, step):
+            block = self._logits[lo : min(lo + step, end)]
+            yield block
+            release_file_pages(block)
+
+    def close(self) -> None:
+        """Unmaps the file (it can then be deleted)."""
+        self._logits = None
+
+
+def _window_key(input_ids: np.ndarray) -> bytes:
+    return np.asarray(input_ids, dtype=np.int64).tobytes()
+
+
+#: What ``evaluate_llms`` runs: a compiled model, or logits recorded from one.
+LogitSource: TypeAlias = "StatefulLLM | RecordedLogits"
+
+
 def window_logits(model: ModelLike | StatefulLLM, input_ids: np.ndarray) -> np.ndarray:
     """Logits ``[T, vocab]`` of one window (state reset first). Compiles ``model`` unless it is a StatefulLLM."""
     llm = model if isinstance(model, StatefulLLM) else StatefulLLM(model)
@@ -316,7 +380,7 @@ class _Sums:
         }
 
 
-def _timed_blocks(llm: StatefulLLM, sums: _Sums, input_ids: np.ndarray, chunk: int | None) -> Iterator[np.ndarray]:
+def _timed_blocks(llm: LogitSource, sums: _Sums, input_ids: np.ndarray, chunk: int | None) -> Iterator[np.ndarray]:
     """``llm.logit_blocks`` with the inference time added to ``sums.seconds``."""
     blocks = llm.logit_blocks(input_ids, chunk)
     while True:
@@ -329,7 +393,7 @@ def _timed_blocks(llm: StatefulLLM, sums: _Sums, input_ids: np.ndarray, chunk: i
 
 
 def _evaluate_window(
-    llms: Mapping[str, StatefulLLM],
+    llms: Mapping[str, LogitSource],
     sums: Mapping[str, _Sums],
     input_ids: np.ndarray,
     chunk: int | None,
@@ -367,8 +431,8 @@ def _add_rows(sums: _Sums, nll: float, targets: np.ndarray, top1: int, n_rows: i
 
 
 def evaluate_llms(
-    reference: ModelLike | StatefulLLM,
-    candidates: Mapping[str, ModelLike | StatefulLLM],
+    reference: ModelLike | LogitSource,
+    candidates: Mapping[str, ModelLike | LogitSource],
     windows: Sequence[np.ndarray],
     reference_name: str = "fp",
     chunk: int | None = PREFILL_CHUNK,
@@ -397,7 +461,9 @@ def evaluate_llms(
     if not one_at_a_time or len(candidates) < 2:
         sums = _evaluate_in_lockstep({reference_name: reference, **candidates}, windows, chunk, vocab_chunk, config)
     else:
-        reference_llm = reference if isinstance(reference, StatefulLLM) else StatefulLLM(reference, config)
+        reference_llm = (
+            reference if isinstance(reference, StatefulLLM | RecordedLogits) else StatefulLLM(reference, config)
+        )
         sums = {}
         for name, candidate in candidates.items():
             models = {reference_name: reference_llm, name: candidate}
@@ -414,7 +480,7 @@ def evaluate_llms(
 
 
 def _evaluate_in_lockstep(
-    models: Mapping[str, ModelLike | StatefulLLM],
+    models: Mapping[str, ModelLike | LogitSource],
     windows: Sequence[np.ndarray],
     chunk: int | None,
     vocab_chunk: int = VOCAB_CHUNK,
@@ -422,7 +488,9 @@ def _evaluate_in_lockstep(
 ) -> dict[str, _Sums]:
     """Every model's sums over the windows, the first model the reference; models that are not compiled yet are
     compiled here (with ``config``) and released on return."""
-    llms = {name: m if isinstance(m, StatefulLLM) else StatefulLLM(m, config) for name, m in models.items()}
+    llms = {
+        name: m if isinstance(m, StatefulLLM | RecordedLogits) else StatefulLLM(m, config) for name, m in models.items()
+    }
     sums = {name: _Sums() for name in llms}
     blocks = max(1, -(-len(windows[0]) // chunk)) if windows and chunk else 1
     with track[None](total=len(windows) * len(llms), description="Evaluating") as bar:

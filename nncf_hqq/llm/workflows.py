@@ -291,6 +291,7 @@ def compress_checked_on_outputs(
     self_calibrated: CompressionOptions,
     log: Callable[[str], None],
     timer: StepTimer | None = None,
+    scratch_dir: Path | None = None,
 ) -> tuple[ov.Model, CompressionOptions, OutputCheck]:
     """``model`` (read from ``model_xml``) compressed as each of ``output_check_candidates``, and the one whose
     outputs on held-out generated sequences are closest to the float model's (least KL divergence), with its
@@ -298,38 +299,62 @@ def compress_checked_on_outputs(
     there. ``timer`` times the self-calibrated compression's phases (``compress_timed``), then the rest of the
     check as ``OUTPUT_CHECK_PHASE``.
 
-    The candidates are compressed and evaluated one at a time: memory holds the candidate kept so far, the one being
-    compressed or evaluated (compiled, with the compiled float model, during its evaluation) and one logits block
-    per model; the float model is compiled again for each evaluation rather than held through the compressions.
-    After each compression the pages of the IR's weights file that it read are dropped (``release_file_mappings``):
-    a compressed model read from that file keeps it mapped, and the pages NNCF's RTN read would otherwise stay
-    resident through the evaluations (1.3 GB on a 268M-parameter model with a 262k vocabulary).
+    The float model is never compiled beside a compressed one: before any compression it generates the held-out
+    sequences and its logits on them are recorded in a file (``evaluation.RecordedLogits``, in a temporary directory
+    under ``scratch_dir``, by default the system's; ``sequences x seq_len x vocab`` float32, removed on return),
+    against which the candidates are then evaluated one at a time. Memory holds the candidate kept so far, the one
+    being compressed or evaluated, and one logits block per model. After each compression the pages of the IR's
+    weights file that it read are dropped (``release_file_mappings``): a compressed model read from that file keeps
+    it mapped, and the pages NNCF's RTN read would otherwise stay resident through the evaluations.
     """
     if self_calibrated.self_calibration is None:
         msg = "the output check compares a self-calibrated compression: self_calibrated.self_calibration is None"
         raise ValueError(msg)
     timer = timer or StepTimer(lambda _: None)
     candidates = output_check_candidates(data_free, self_calibrated)
+    weights_file = models.ir_xml(model_xml).with_suffix(".bin")
+    with tempfile.TemporaryDirectory(prefix=".nncf-hqq-output-check-", dir=scratch_dir) as scratch:
+        with timer.step(OUTPUT_CHECK_PHASE):
+            held_out = held_out_sequences(read_model(model_xml), self_calibrated.self_calibration)
+            release_file_mappings(weights_file)
+            reference = evaluation.RecordedLogits.record(model_xml, held_out, Path(scratch) / "float_logits.bin")
+            release_file_mappings(weights_file)
+        kept, chosen, metrics = _compress_candidates(model, model_xml, candidates, reference, held_out, log, timer)
+        reference.close()
+    summary = ", ".join(f"{name} {metrics[name]['kl']:.4f}" for name in candidates)
+    log(f"Output check on {len(held_out)} held-out generated sequences, KL vs float: {summary}; keeping {chosen}")
+    return kept, candidates[chosen], OutputCheck(chosen, metrics)
+
+
+def _compress_candidates(
+    model: ov.Model,
+    model_xml: Path,
+    candidates: Mapping[str, CompressionOptions],
+    reference: evaluation.RecordedLogits,
+    held_out: Sequence[np.ndarray],
+    log: Callable[[str], None],
+    timer: StepTimer,
+) -> tuple[ov.Model, str, dict[str, evaluation.Metrics]]:
+    """Every candidate compressed (the first from ``model``, in ``compress_timed``'s phases; the others from
+    ``model_xml`` again) and evaluated against ``reference``: the least-KL one (ties keep the earlier), its name, and
+    every candidate's metrics with the reference's as ``fp``."""
+    weights_file = models.ir_xml(model_xml).with_suffix(".bin")
     (first, first_options), *others = candidates.items()
     log(f"Output check: compressing the {first} candidate")
     kept = compress_timed(model, first_options, None, timer)
-    weights_file = models.ir_xml(model_xml).with_suffix(".bin")
     release_file_mappings(weights_file)
     with timer.step(OUTPUT_CHECK_PHASE):
-        held_out = held_out_sequences(read_model(model_xml), self_calibrated.self_calibration)
-        metrics = evaluation.evaluate_llms(model_xml, {first: kept}, held_out)
+        metrics = evaluation.evaluate_llms(reference, {first: kept}, held_out)
         chosen = first
         for name, options in others:
             log(f"Output check: compressing the {name} candidate")
             candidate = compress_model(read_model(model_xml), options)
             release_file_mappings(weights_file)  # the float weights NNCF's RTN read stay mapped in the candidate
-            metrics[name] = evaluation.evaluate_llms(model_xml, {name: candidate}, held_out)[name]
-            if metrics[name]["kl"] < metrics[chosen]["kl"]:  # ties keep the earlier candidate
+            metrics[name] = evaluation.evaluate_llms(reference, {name: candidate}, held_out)[name]
+            if metrics[name]["kl"] < metrics[chosen]["kl"]:
                 chosen, kept = name, candidate
             del candidate
-    summary = ", ".join(f"{name} {metrics[name]['kl']:.4f}" for name in candidates)
-    log(f"Output check on {len(held_out)} held-out generated sequences, KL vs float: {summary}; keeping {chosen}")
-    return kept, candidates[chosen], OutputCheck(chosen, metrics)
+    return kept, chosen, metrics
 
 
 #: ``--backend`` choices. ``auto`` and ``openvino``: an OpenVINO IR is compressed as it is, a HF model is exported to
