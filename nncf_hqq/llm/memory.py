@@ -12,7 +12,8 @@ checkpoints of real shapes (``benchmarks/checkpoint_memory.py``, docs/memory.md)
 - a compiled float model (self-calibration's generation, NNCF's statistics, the output check, ``evaluate``): 4 bytes
   a parameter in f32, an empirical coefficient (a 3.8B bf16 checkpoint's self-calibrated run peaked at 2.1x its
   bytes of anonymous memory); the CPU plugin itself keeps an optimum-intel export's bf16 weights in bf16;
-- a compiled compressed candidate: about its compressed bytes.
+- a compiled compressed candidate: about its compressed bytes (the output check holds the candidate kept, the one
+  being evaluated and its compiled model, never the float model beside them: its logits are recorded to a file).
 """
 
 from __future__ import annotations
@@ -141,9 +142,11 @@ def compress_estimates(
     if self_calibration:
         phases.append(PhaseEstimate("self-calibration text", (("float model compiled in f32", float_compiled),)))
         phases.append(PhaseEstimate("statistics", (("float model compiled in f32", float_compiled),)))
+    if self_calibration and output_check:  # the float model's logits are recorded before any compression
+        phases.append(PhaseEstimate("output check reference", (("float model compiled in f32", float_compiled),)))
     phases.append(PhaseEstimate("compression", (("compressed weights", compressed), ("working set", working))))
     if self_calibration and output_check:
-        parts = (("float model compiled in f32", float_compiled), ("two compressed candidates", 2 * compressed))
+        parts = (("the candidate kept, and one compressed and compiled", 3 * compressed),)
         phases.append(PhaseEstimate("output check", parts))
     return phases
 

@@ -167,6 +167,8 @@ SELF_CALIBRATION_PHASE = "self-calibration text"
 COMPRESSION_PHASE = "compression"
 STATISTICS_PHASE = "statistics"
 OUTPUT_CHECK_PHASE = "output check"
+#: The output check's first step, before any compression: the held-out sequences and the float model's logits on them.
+OUTPUT_REFERENCE_PHASE = "output check reference"
 SAVING_PHASE = "saving"
 TOKENIZER_PHASE = "tokenizer conversion"
 
@@ -296,8 +298,8 @@ def compress_checked_on_outputs(
     """``model`` (read from ``model_xml``) compressed as each of ``output_check_candidates``, and the one whose
     outputs on held-out generated sequences are closest to the float model's (least KL divergence), with its
     options and what was measured. Judged on the whole model's outputs, so the result is never worse than RTN's
-    there. ``timer`` times the self-calibrated compression's phases (``compress_timed``), then the rest of the
-    check as ``OUTPUT_CHECK_PHASE``.
+    there. ``timer`` times the float model's part as ``OUTPUT_REFERENCE_PHASE``, the self-calibrated compression's
+    phases (``compress_timed``), then the rest of the check as ``OUTPUT_CHECK_PHASE``.
 
     The float model is never compiled beside a compressed one: before any compression it generates the held-out
     sequences and its logits on them are recorded in a file (``evaluation.RecordedLogits``, in a temporary directory
@@ -314,7 +316,7 @@ def compress_checked_on_outputs(
     candidates = output_check_candidates(data_free, self_calibrated)
     weights_file = models.ir_xml(model_xml).with_suffix(".bin")
     with tempfile.TemporaryDirectory(prefix=".nncf-hqq-output-check-", dir=scratch_dir) as scratch:
-        with timer.step(OUTPUT_CHECK_PHASE):
+        with timer.step(OUTPUT_REFERENCE_PHASE):
             held_out = held_out_sequences(read_model(model_xml), self_calibrated.self_calibration)
             release_file_mappings(weights_file)
             reference = evaluation.RecordedLogits.record(model_xml, held_out, Path(scratch) / "float_logits.bin")
