@@ -9,9 +9,10 @@ checkpoints of real shapes (``benchmarks/checkpoint_memory.py``, docs/memory.md)
   the converted model shares their memory), about the checkpoint's bytes;
 - data-free compression: the compressed weights, plus a few float32 copies of the largest weight (NNCF's and HQQ's
   working set); the IR's pages are dropped weight by weight (``nncf_hqq.openvino.pages``);
-- a compiled float model (self-calibration's generation, NNCF's statistics, the output check, ``evaluate``): 4 bytes
-  a parameter in f32, an empirical coefficient (a 3.8B bf16 checkpoint's self-calibrated run peaked at 2.1x its
-  bytes of anonymous memory); the CPU plugin itself keeps an optimum-intel export's bf16 weights in bf16;
+- a compiled float model (self-calibration's generation, NNCF's statistics, the output check's reference,
+  ``evaluate``): 4 bytes a parameter in f32, an empirical coefficient (a 3.8B bf16 checkpoint's self-calibrated run
+  peaked at 1.8x its bytes of anonymous memory, 2.8x resident, while generating); the CPU plugin itself keeps an
+  optimum-intel export's bf16 weights in bf16;
 - a compiled compressed candidate: about its compressed bytes (the output check holds the candidate kept, the one
   being evaluated and its compiled model, never the float model beside them: its logits are recorded to a file).
 """
