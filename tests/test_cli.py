@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -702,6 +703,18 @@ def test_step_timer_nests_accumulates_and_summarises() -> None:
     assert len(lines) == 2 + 2 * 4
 
 
+def test_step_timer_calls_at_boundary_when_every_step_starts_and_ends() -> None:
+    from nncf_hqq.llm.timing import StepTimer
+
+    events: list[str] = []
+    timer = StepTimer(events.append, at_boundary=lambda: events.append("|"))
+    with timer.step("compression"), timer.step("statistics"):
+        events.append("work")
+    assert [e if e in ("|", "work") or e.endswith("...") else e.split(":")[0] for e in events] == [
+        "|", "compression ...", "|", "statistics ...", "work", "|", "statistics", "|", "compression",
+    ]  # fmt: skip
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # Bounded evaluation: candidates compiled and evaluated one at a time, with the metrics of the lockstep evaluation
 # --------------------------------------------------------------------------------------------------------------------
@@ -807,3 +820,39 @@ def test_evaluate_all_at_once_gives_the_default_one_at_a_time_results(
         rows = json.loads(json_path.read_text())["results"]
         results[len(flags)] = {name: {k: m[k] for k in workflows.METRICS} for name, m in rows.items()}
     assert results[0] == results[1] and list(results[0]) == ["fp", "int4_hqq", "same"]
+
+
+def test_compress_and_evaluate_drop_the_weights_files_pages_and_return_free_heap_at_every_phase(
+    compressed_dir: Path,
+    tiny_llm: tuple[Path, Any],  # noqa: F811
+    text_path: Path,  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from contextlib import contextmanager
+
+    from nncf_hqq.openvino import pages
+
+    released: list[list[Path]] = []
+    boundaries: list[bool] = []
+
+    @contextmanager
+    def recorded(*paths: Path, **kwargs: float) -> Iterator[None]:
+        with pages.releasing_file_pages(*paths, **kwargs):
+            released.append([Path(p).resolve() for p in paths])
+            yield
+
+    monkeypatch.setattr(cli, "releasing_file_pages", recorded)
+    monkeypatch.setattr(cli, "return_free_heap", lambda: boundaries.append(pages.return_free_heap()) or True)
+    args = ["compress", tiny_llm[0], tmp_path / "out", "--group-size", "64", "--no-self-calibration"]
+    code, _, err = run_cli(args, capsys)
+    assert code == 0, err
+    phases = json.loads((tmp_path / "out" / workflows.RECORD_NAME).read_text())["phase_seconds"]
+    assert released == [[(tiny_llm[0] / "openvino_model.bin").resolve()]]
+    assert len(boundaries) == 2 * len(phases) and all(boundaries)  # glibc: every call returned the free heap
+    args = ["evaluate", compressed_dir, "--reference", tiny_llm[0], "--text", text_path, "--windows", "2"]
+    code, _, err = run_cli([*args, "--window-size", "32"], capsys)
+    assert code == 0, err
+    expected = [(tiny_llm[0] / "openvino_model.bin").resolve(), (compressed_dir / "openvino_model.bin").resolve()]
+    assert released[1:] == [expected]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+import threading
+import time
 from pathlib import Path
 
 import nncf
@@ -132,3 +134,108 @@ def test_a_compiled_model_runs_the_same_after_its_source_pages_are_dropped(tmp_p
     np.testing.assert_array_equal(compiled(ids)[0], before)
     assert pages.release_model_pages(ov.Core().read_model(tmp_path / "model.xml")) == 3
     assert pages.release_model_pages(transformer_like(hidden=512)) == 0  # in memory: nothing to drop
+
+
+def _resident_within(path: Path, kib: int, seconds: float = 5.0) -> bool:
+    """Whether the resident KiB of ``path``'s mappings fall to ``kib`` or fewer within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while _file_mapping_rss_kib(path) > kib:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_releasing_file_pages_drops_them_while_the_body_runs(tmp_path: Path) -> None:
+    expected = np.random.default_rng(2).standard_normal(1 << 20).astype(np.float32)
+    path = (tmp_path / "w.bin").resolve()
+    expected.tofile(path)
+    mapped = np.memmap(path, dtype=np.float32, mode="r")
+    with pages.releasing_file_pages(path, interval=0.01):
+        total = float(mapped.sum())  # every page faulted in
+        assert _resident_within(path, 0)  # dropped by the thread, the body calling nothing
+        assert float(mapped.sum()) == total
+        np.testing.assert_array_equal(mapped, expected)
+    assert not any(t.name == "nncf-hqq-release-pages" for t in threading.enumerate())
+    float(mapped.sum())
+    assert _file_mapping_rss_kib(path) >= 4096 - 8  # after the body, the pages read stay
+
+
+def test_releasing_file_pages_drops_them_once_more_at_the_end(tmp_path: Path) -> None:
+    path = (tmp_path / "w.bin").resolve()
+    np.ones(1 << 20, dtype=np.float32).tofile(path)
+    mapped = np.memmap(path, dtype=np.float32, mode="r")
+    with pages.releasing_file_pages(path, interval=3600.0):
+        float(mapped.sum())
+        assert _file_mapping_rss_kib(path) >= 4096 - 8
+    assert _file_mapping_rss_kib(path) == 0
+
+
+@pytest.mark.parametrize("interval", [0.0, -1.0, float("nan")], ids=["zero", "negative", "nan"])
+def test_releasing_file_pages_refuses_an_interval_that_is_not_positive(interval: float) -> None:
+    with (
+        pytest.raises(ValueError, match="interval must be positive"),
+        pages.releasing_file_pages("x.bin", interval=interval),
+    ):
+        pass
+
+
+def _chained_matmuls(path: Path, hidden: int = 1024, layers: int = 4) -> Path:
+    """An f32 IR of ``layers`` chained ``hidden x hidden`` MatMuls (weights transposed, as optimum exports them)."""
+    from openvino import opset13 as opset
+
+    rng = np.random.default_rng(3)
+    x = opset.parameter([-1, -1, hidden], ov.Type.f32, name="x")
+    y = x
+    for _ in range(layers):
+        weight = (0.03 * rng.standard_normal((hidden, hidden))).astype(np.float32)
+        y = opset.matmul(y, opset.constant(weight), False, True)
+    ov.save_model(ov.Model([y], [x]), path, compress_to_fp16=False)
+    return path.with_suffix(".bin").resolve()
+
+
+def test_a_compiled_model_reads_its_weights_while_pages_are_dropped_and_computes_the_same(tmp_path: Path) -> None:
+    bin_path = _chained_matmuls(tmp_path / "model.xml")
+    config = {"INFERENCE_PRECISION_HINT": "f32"}
+    x = np.random.default_rng(4).standard_normal((1, 3, 1024)).astype(np.float32)
+
+    def compiled_and_run(release: bool) -> tuple[np.ndarray, int]:
+        model = ov.Core().read_model(tmp_path / "model.xml")
+        if release:
+            with pages.releasing_file_pages(bin_path, interval=0.01):
+                compiled = ov.Core().compile_model(model, "CPU", config)
+                out = compiled(x)[0].copy()
+        else:
+            compiled = ov.Core().compile_model(model, "CPU", config)
+            out = compiled(x)[0].copy()
+        resident = _file_mapping_rss_kib(bin_path)
+        np.testing.assert_array_equal(compiled(x)[0], out)
+        return out, resident
+
+    kept, resident_kept = compiled_and_run(release=False)
+    released, resident_released = compiled_and_run(release=True)
+    np.testing.assert_array_equal(released, kept)
+    file_kib = bin_path.stat().st_size // 1024
+    assert resident_kept > file_kib // 2  # the compiled model read its weights from the mapping
+    assert resident_released < file_kib // 8
+
+
+def _anonymous_kib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1])
+    raise AssertionError("no RssAnon in /proc/self/status")
+
+
+@pytest.mark.skipif(pages._malloc_trim() is None, reason="malloc_trim: glibc")
+def test_return_free_heap_gives_freed_blocks_back_to_the_system() -> None:
+    blocks = [np.ones(16384, dtype=np.float32) for _ in range(4096)]  # 256 MiB of 64 KiB blocks, in the heap
+    pinned = np.ones(16384, dtype=np.float32)  # above them: the heap cannot shrink from its top
+    before = _anonymous_kib()
+    del blocks
+    freed = _anonymous_kib()
+    assert pages.return_free_heap()
+    trimmed = _anonymous_kib()
+    assert freed > before - 64 * 1024  # glibc kept most of the freed blocks
+    assert trimmed < freed - 128 * 1024  # and gave them back
+    assert float(pinned.sum()) == 16384.0

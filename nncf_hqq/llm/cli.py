@@ -37,6 +37,8 @@ from nncf_hqq.llm import workflows
 from nncf_hqq.llm.timing import StepTimer
 from nncf_hqq.llm.workflows import MODES
 from nncf_hqq.llm.workflows import CompressionOptions
+from nncf_hqq.openvino.pages import releasing_file_pages
+from nncf_hqq.openvino.pages import return_free_heap
 from nncf_hqq.self_calibration import SELF_CALIBRATION_DEFAULT
 
 PROG = "nncf-hqq"
@@ -64,6 +66,12 @@ def _out(text: str) -> None:
     stream = _Output.stream or sys.stdout
     stream.write(text + "\n")
     stream.flush()
+
+
+def _timer() -> StepTimer:
+    """The phases' timer: each phase logged with its time, and the heap freed at every phase's start and end
+    returned to the system (``return_free_heap``), so that a phase does not carry the previous one's peak."""
+    return StepTimer(_info, at_boundary=return_free_heap)
 
 
 def _info(text: str) -> None:
@@ -391,8 +399,11 @@ def run_compress(args: argparse.Namespace) -> int:
         return run_compress_torch(args, options)
     check_compress_memory(args, options, task)
     start = time.perf_counter()
-    timer = StepTimer(_info)
-    with workflows.source_model(args.model, log=_info, timer=timer, task=task) as source:
+    timer = _timer()
+    with (
+        workflows.source_model(args.model, log=_info, timer=timer, task=task) as source,
+        releasing_file_pages(source.xml.with_suffix(".bin")),  # see ``nncf_hqq.openvino.pages``
+    ):
         if args.out.resolve() == source.xml.parent.resolve():
             raise UsageError("OUT must differ from the directory of the source model (its weights are read from there)")
         if encoders.is_encoder(workflows.read_model(source.xml)):
@@ -441,13 +452,18 @@ def run_compress(args: argparse.Namespace) -> int:
 
 
 def model_size(model: str) -> tuple[memory.ModelSize | None, bool]:
-    """The size of ``model``'s weights (None for a hub id, or a HF dir without safetensors) and whether ``compress``
-    exports it first (a HF model)."""
+    """The size of ``model``'s weights, with its decoder shape when its dir has a ``config.json`` (None for a hub id,
+    or a HF dir without safetensors), and whether ``compress`` exports it first (a HF model)."""
     kind = workflows.model_kind(model)
     path = Path(model).expanduser()
     if kind in ("ir_xml", "ir_dir"):
-        return memory.ir_size(workflows.read_model(path if kind == "ir_xml" else path / workflows.MODEL_XML)), False
-    return (memory.safetensors_size(path) if kind == "hf_dir" else None), True
+        size = memory.ir_size(workflows.read_model(path if kind == "ir_xml" else path / workflows.MODEL_XML))
+        decoder = memory.decoder_shape(path.parent if kind == "ir_xml" else path)
+        return dataclasses.replace(size, decoder=decoder), False
+    checkpoint = memory.safetensors_size(path) if kind == "hf_dir" else None
+    if checkpoint is None:
+        return None, True
+    return dataclasses.replace(checkpoint, decoder=memory.decoder_shape(path)), True
 
 
 def check_compress_memory(args: argparse.Namespace, options: CompressionOptions, task: str | None) -> None:
@@ -624,7 +640,7 @@ def _check_encoder_arguments(args: argparse.Namespace) -> None:
 def run_compress_torch(args: argparse.Namespace, options: CompressionOptions) -> int:
     """``compress --backend torch``: a HF model compressed in PyTorch, written as a transformers checkpoint."""
     start = time.perf_counter()
-    timer = StepTimer(_info)
+    timer = _timer()
     source = Path(args.model).expanduser()
     if source.is_dir() and args.out.resolve() == source.resolve():
         raise UsageError("OUT must differ from the directory of the source model (its weights are read from there)")
@@ -805,26 +821,28 @@ def run_evaluate(args: argparse.Namespace) -> int:
     if args.lines is not None:
         raise UsageError("--lines applies to encoders; the reference is an LLM, evaluated on token windows (--windows)")
     check_evaluate_memory(args, reference, list(candidates.values()))
-    timer = StepTimer(_info)
+    timer = _timer()
     warnings: list[str] = []
 
     def warn(finding: str) -> None:
         warnings.append(finding)
         _info(f"warning: {finding}")
 
-    results = workflows.evaluate_against(
-        reference,
-        candidates,
-        tokenizer_dir,
-        text,
-        args.windows,
-        args.window_size,
-        args.reference_name,
-        warn,
-        timer,
-        one_at_a_time=not args.all_at_once,
-        config=evaluation.inference_config(args.inference_precision),
-    )
+    weights_files = [models.ir_xml(path).with_suffix(".bin") for path in (reference, *candidates.values())]
+    with releasing_file_pages(*weights_files):  # the compiled models pack their weights: see nncf_hqq.openvino.pages
+        results = workflows.evaluate_against(
+            reference,
+            candidates,
+            tokenizer_dir,
+            text,
+            args.windows,
+            args.window_size,
+            args.reference_name,
+            warn,
+            timer,
+            one_at_a_time=not args.all_at_once,
+            config=evaluation.inference_config(args.inference_precision),
+        )
     _info(f"phases: {timer.summary()}")
     _out(workflows.format_table(results))
     for finding in warnings:
@@ -862,7 +880,7 @@ def _evaluate_encoders(
     n_lines = encoders.DEFAULT_LINES if args.lines is None else args.lines
     if n_lines < 2:
         raise UsageError(f"--lines must be at least 2 (a line's nearest neighbour is among the others), got {n_lines}")
-    timer = StepTimer(_info)
+    timer = _timer()
     results, pooling = encoders.evaluate_against(
         reference, candidates, tokenizer_dir, text, n_lines, args.reference_name, timer
     )

@@ -10,9 +10,11 @@ checkpoints of real shapes (``benchmarks/checkpoint_memory.py``, docs/memory.md)
 - data-free compression: the compressed weights, plus a few float32 copies of the largest weight (NNCF's and HQQ's
   working set); the IR's pages are dropped weight by weight (``nncf_hqq.openvino.pages``);
 - a compiled float model (self-calibration's generation, NNCF's statistics, the output check's reference,
-  ``evaluate``): 4 bytes a parameter in f32, an empirical coefficient (a 3.8B bf16 checkpoint's self-calibrated run
-  peaked at 1.8x its bytes of anonymous memory, 2.8x resident, while generating); the CPU plugin itself keeps an
-  optimum-intel export's bf16 weights in bf16;
+  ``evaluate``): the CPU plugin packs the weights into its own memory, in the precision they are stored in (an
+  optimum-intel export keeps a bf16 checkpoint's weights in bf16, also in f32 inference), on the first inference; the
+  command lines drop the weights file's pages meanwhile (``nncf_hqq.openvino.pages.releasing_file_pages``), so the
+  packed copy is the float model's memory. Then its KV cache (f32) and logits for the sequences it runs, from the
+  model's ``config.json`` (not counted without one);
 - a compiled compressed candidate: about its compressed bytes (the output check holds the candidate kept, the one
   being evaluated and its compiled model, never the float model beside them: its logits are recorded to a file).
 """
@@ -40,10 +42,48 @@ EXPORT_FACTOR = 1.0
 INT4_BYTES_PER_PARAMETER = 0.56
 #: Float32 copies of the largest weight that compressing it holds at once.
 LARGEST_WEIGHT_COPIES = 3
-#: Compiled float model: bytes per parameter (f32 inference) and per logit kept for a window.
-FLOAT_COMPILED_BYTES = 4
-#: The same in bf16 inference (``nncf-hqq evaluate --inference-precision bf16``).
+#: Bytes per parameter of a model compiled in bf16 (``nncf-hqq evaluate --inference-precision bf16``) at most.
 BF16_COMPILED_BYTES = 2
+#: Sequences and tokens the float model runs: self-calibration's generation (``SelfCalibration``'s defaults: 32
+#: sequences of 128 tokens, its first request 1 + 16 prompt tokens long), NNCF's statistics (one 128-token sequence at
+#: a time) and the output check's reference (8 held-out sequences).
+GENERATED_SEQUENCES = 32
+SEQUENCE_TOKENS = 128
+FIRST_REQUEST_TOKENS = 17
+HELD_OUT_SEQUENCES = 8
+
+
+@dataclass(frozen=True)
+class DecoderShape:
+    """What a decoder's inference memory depends on besides its weights (from its ``config.json``)."""
+
+    layers: int
+    kv_heads: int
+    head_dim: int
+    vocabulary: int
+
+    def kv_bytes_per_token(self) -> int:
+        """Bytes of one token's keys and values in every layer, in f32."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * 4
+
+    def working_bytes(self, sequences: int, first_request_tokens: int) -> int:
+        """KV cache of ``sequences`` of ``SEQUENCE_TOKENS`` and the f32 logits of a first request of
+        ``first_request_tokens`` tokens for each."""
+        kv = sequences * SEQUENCE_TOKENS * self.kv_bytes_per_token()
+        return kv + sequences * first_request_tokens * self.vocabulary * 4
+
+
+def decoder_shape(config_dir: Path) -> DecoderShape | None:
+    """The ``DecoderShape`` in ``config_dir/config.json`` (None: no such file, or not a decoder's config)."""
+    try:
+        config = json.loads((Path(config_dir) / "config.json").read_text())
+        config = config.get("text_config", config)
+        layers, heads, hidden = config["num_hidden_layers"], config["num_attention_heads"], config["hidden_size"]
+        kv_heads = config.get("num_key_value_heads") or heads
+        head_dim = config.get("head_dim") or hidden // heads
+        return DecoderShape(int(layers), int(kv_heads), int(head_dim), int(config["vocab_size"]))
+    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError, AttributeError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -55,11 +95,26 @@ class ModelSize:
     stored_bytes: int
     largest: int
     vocabulary_parameters: int = 0
+    decoder: DecoderShape | None = None
 
     def compressed_bytes(self) -> int:
         """About the bytes of the model compressed to INT4 (INT8 embeddings and output head)."""
         body = self.parameters - self.vocabulary_parameters
         return int(body * INT4_BYTES_PER_PARAMETER + self.vocabulary_parameters * 1.0)
+
+    def compiled_bytes(self, precision: str = "f32") -> int:
+        """The weights of the float model compiled in ``precision`` (``f32``: as stored; ``bf16``: 2 bytes a
+        parameter at most)."""
+        if precision == "f32":
+            return self.stored_bytes
+        return min(self.stored_bytes, BF16_COMPILED_BYTES * self.parameters)
+
+    def float_model_parts(self, sequences: int, first_request_tokens: int) -> tuple[tuple[str, int], ...]:
+        """The parts of a phase that runs the float model (compiled in f32) on ``sequences`` at once."""
+        parts = [("float model's packed weights", self.compiled_bytes())]
+        if self.decoder is not None:
+            parts.append(("KV cache and logits", self.decoder.working_bytes(sequences, first_request_tokens)))
+        return tuple(parts)
 
 
 def safetensors_size(hf_dir: Path) -> ModelSize | None:
@@ -133,18 +188,19 @@ def compress_estimates(
 ) -> list[PhaseEstimate]:
     """The phases ``compress`` will run on a model of ``size`` and the peak memory each needs."""
     compressed = size.compressed_bytes()
-    working = LARGEST_WEIGHT_COPIES * FLOAT_COMPILED_BYTES * size.largest
-    float_compiled = FLOAT_COMPILED_BYTES * size.parameters
+    working = LARGEST_WEIGHT_COPIES * 4 * size.largest
     phases = []
     if export:
         phases.append(
             PhaseEstimate("export", (("checkpoint being converted", int(EXPORT_FACTOR * size.stored_bytes)),))
         )
     if self_calibration:
-        phases.append(PhaseEstimate("self-calibration text", (("float model compiled in f32", float_compiled),)))
-        phases.append(PhaseEstimate("statistics", (("float model compiled in f32", float_compiled),)))
+        generation = size.float_model_parts(GENERATED_SEQUENCES, FIRST_REQUEST_TOKENS)
+        phases.append(PhaseEstimate("self-calibration text", generation))
+        phases.append(PhaseEstimate("statistics", size.float_model_parts(1, SEQUENCE_TOKENS)))
     if self_calibration and output_check:  # the float model's logits are recorded before any compression
-        phases.append(PhaseEstimate("output check reference", (("float model compiled in f32", float_compiled),)))
+        reference = size.float_model_parts(HELD_OUT_SEQUENCES, SEQUENCE_TOKENS)
+        phases.append(PhaseEstimate("output check reference", reference))
     phases.append(PhaseEstimate("compression", (("compressed weights", compressed), ("working set", working))))
     if self_calibration and output_check:
         parts = (("the candidate kept, and one compressed and compiled", 3 * compressed),)
@@ -153,11 +209,10 @@ def compress_estimates(
 
 
 def evaluate_estimate(size: ModelSize, candidate_bytes: Sequence[int], precision: str = "f32") -> PhaseEstimate:
-    """``evaluate``'s peak: the float model compiled in ``precision`` (4 bytes a parameter in f32, 2 in bf16) and the
-    largest candidate (``candidate_bytes``: their weights files; one is compiled at a time)."""
-    per_parameter = FLOAT_COMPILED_BYTES if precision == "f32" else BF16_COMPILED_BYTES
+    """``evaluate``'s peak: the float model compiled in ``precision`` (``ModelSize.compiled_bytes``) and the largest
+    candidate (``candidate_bytes``: their weights files; one is compiled at a time)."""
     parts = (
-        (f"float model compiled in {precision}", per_parameter * size.parameters),
+        (f"float model compiled in {precision}", size.compiled_bytes(precision)),
         ("candidate", max(candidate_bytes, default=0)),
     )
     return PhaseEstimate("evaluate", parts)

@@ -6,6 +6,10 @@ the end, the whole checkpoint. ``release_file_pages`` tells the kernel the proce
 array that lies in such a mapping (``madvise(MADV_DONTNEED)``). Nothing changes for the program: the mapping
 stays, and a later read of the array faults the same bytes in again from the file. Anything else (an array in
 anonymous or writable memory, another operating system) is left as it is: there, dropping pages could lose data.
+
+OpenVINO's CPU plugin packs a float model's weights into its own memory during the compiled model's first inference,
+reading them from the mapping: without ``releasing_file_pages`` around it, the process holds the whole file's pages
+and the packed copy at once, twice the weights.
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ import functools
 import mmap
 import os
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -22,6 +29,32 @@ import numpy as np
 MADV_DONTNEED = 4
 #: Arrays smaller than this are not worth a system call.
 MIN_BYTES = 1 << 20
+
+
+@functools.cache
+def _malloc_trim() -> Any | None:
+    """glibc's ``malloc_trim`` (Linux with glibc), else None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        function = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # another C library (musl)
+        return None
+    function.argtypes = [ctypes.c_size_t]
+    function.restype = ctypes.c_int
+    return function
+
+
+def return_free_heap() -> bool:
+    """Gives the memory the C allocator holds free back to the system (glibc's ``malloc_trim(0)``); returns whether
+    it could. glibc keeps freed blocks below its mmap threshold (which grows to 32 MiB as large blocks are freed)
+    for later allocations: after a phase that allocated and freed gigabytes of them (a compiled model's buffers,
+    NNCF's statistics), they would otherwise count in the process's memory through the next phase."""
+    trim = _malloc_trim()
+    if trim is None:
+        return False
+    trim(0)
+    return True
 
 
 @functools.cache
@@ -99,3 +132,39 @@ def release_file_mappings(path: str | os.PathLike[str]) -> int:
             if madvise(ctypes.c_void_p(low), ctypes.c_size_t(high - low), MADV_DONTNEED) == 0:
                 released += high - low
     return released
+
+
+#: Seconds between two drops of ``releasing_file_pages``.
+RELEASE_INTERVAL = 0.25
+
+
+@contextmanager
+def releasing_file_pages(*paths: str | os.PathLike[str], interval: float = RELEASE_INTERVAL) -> Iterator[None]:
+    """While the body runs, a background thread drops the resident pages of this process's read-only mappings of
+    ``paths`` every ``interval`` seconds (``release_file_mappings``), and once more when it ends.
+
+    For work that reads a weights file once and keeps what it needs elsewhere (a compiled model packing its weights,
+    a compression): the pages it has read stop counting in the process's memory within ``interval``, instead of
+    staying until the model is freed. A page read again is faulted in from the file (from the page cache when the
+    system kept it there). Raises ``ValueError`` for an ``interval`` that is not positive."""
+    if not interval > 0:
+        msg = f"interval must be positive, got {interval!r}"
+        raise ValueError(msg)
+    stop = threading.Event()
+
+    def drop() -> None:
+        for path in paths:
+            release_file_mappings(path)
+
+    def loop() -> None:
+        while not stop.wait(interval):
+            drop()
+
+    thread = threading.Thread(target=loop, name="nncf-hqq-release-pages", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        drop()
