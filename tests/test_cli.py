@@ -747,9 +747,7 @@ def test_output_check_measures_what_evaluating_all_candidates_at_once_measures(
     xml = models.ir_xml(tiny_llm[0])
     data_free = workflows.CompressionOptions(group_size=64)
     calibrated = workflows.self_calibrated(data_free, tiny_llm[0], 4)
-    model, options, check = workflows.compress_checked_on_outputs(
-        xml, workflows.read_model(xml), data_free, calibrated, log=lambda _: None
-    )
+    model, options, check = workflows.compress_checked_on_outputs(xml, data_free, calibrated, log=lambda _: None)
     assert calibrated.self_calibration is not None
     held_out = workflows.held_out_sequences(workflows.read_model(xml), calibrated.self_calibration)
     candidates = workflows.output_check_candidates(data_free, calibrated)
@@ -795,12 +793,48 @@ def test_output_check_runs_the_float_model_once_before_any_candidate_and_removes
     calibrated = workflows.self_calibrated(data_free, tiny_llm[0], 4)
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    workflows.compress_checked_on_outputs(
-        xml, workflows.read_model(xml), data_free, calibrated, log=lambda _: None, scratch_dir=scratch
-    )
+    workflows.compress_checked_on_outputs(xml, data_free, calibrated, log=lambda _: None, scratch_dir=scratch)
     assert events == ["compile float"] + ["compress", "compile candidate"] * 3
     assert len(recordings) == 1 and recordings[0].parent.parent == scratch
     assert list(scratch.iterdir()) == []
+
+
+def test_output_check_frees_every_candidate_it_does_not_keep(
+    tiny_llm: tuple[Path, Any],  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each candidate is better than the one before, so each replaces the kept one: when a candidate is compressed,
+    only the kept one is still alive (its predecessor was freed)."""
+    import gc
+    import weakref
+
+    from nncf_hqq.llm import evaluation
+
+    alive_at_compress: list[int] = []
+    outputs: list[weakref.ref[Any]] = []
+    compress, evaluate = workflows.compress_model, evaluation.evaluate_llms
+    kl = {"self-calibrated": 3.0, "data-free": 2.0, "rtn": 1.0}
+
+    def compressed(*args: Any, **kwargs: Any) -> Any:
+        gc.collect()
+        alive_at_compress.append(sum(ref() is not None for ref in outputs))
+        result = compress(*args, **kwargs)
+        outputs.append(weakref.ref(result))
+        return result
+
+    def evaluated(reference: Any, candidates: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        metrics = evaluate(reference, candidates, *args, **kwargs)
+        return {name: {**m, "kl": kl.get(name, 0.0)} for name, m in metrics.items()}
+
+    monkeypatch.setattr(workflows, "compress_model", compressed)
+    monkeypatch.setattr(evaluation, "evaluate_llms", evaluated)
+    data_free = workflows.CompressionOptions(group_size=64)
+    calibrated = workflows.self_calibrated(data_free, tiny_llm[0], 4)
+    kept, _, check = workflows.compress_checked_on_outputs(
+        models.ir_xml(tiny_llm[0]), data_free, calibrated, log=lambda _: None
+    )
+    assert check.chosen == "rtn" and kept is outputs[-1]()
+    assert alive_at_compress == [0, 1, 1]
 
 
 def test_evaluate_all_at_once_gives_the_default_one_at_a_time_results(

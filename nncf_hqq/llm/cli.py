@@ -427,7 +427,6 @@ def run_compress(args: argparse.Namespace) -> int:
             scratch.mkdir(parents=True, exist_ok=True)
             model, options, check = workflows.compress_checked_on_outputs(
                 source.xml,
-                workflows.read_model(source.xml),
                 data_free,
                 options,
                 log=_info,

@@ -288,14 +288,13 @@ class OutputCheck:
 
 def compress_checked_on_outputs(
     model_xml: Path,
-    model: ov.Model,
     data_free: CompressionOptions,
     self_calibrated: CompressionOptions,
     log: Callable[[str], None],
     timer: StepTimer | None = None,
     scratch_dir: Path | None = None,
 ) -> tuple[ov.Model, CompressionOptions, OutputCheck]:
-    """``model`` (read from ``model_xml``) compressed as each of ``output_check_candidates``, and the one whose
+    """The model of ``model_xml`` compressed as each of ``output_check_candidates``, and the one whose
     outputs on held-out generated sequences are closest to the float model's (least KL divergence), with its
     options and what was measured. Judged on the whole model's outputs, so the result is never worse than RTN's
     there. ``timer`` times the float model's part as ``OUTPUT_REFERENCE_PHASE``, the self-calibrated compression's
@@ -304,10 +303,12 @@ def compress_checked_on_outputs(
     The float model is never compiled beside a compressed one: before any compression it generates the held-out
     sequences and its logits on them are recorded in a file (``evaluation.RecordedLogits``, in a temporary directory
     under ``scratch_dir``, by default the system's; ``sequences x seq_len x vocab`` float32, removed on return),
-    against which the candidates are then evaluated one at a time. Memory holds the candidate kept so far, the one
-    being compressed or evaluated, and one logits block per model. After each compression the pages of the IR's
-    weights file that it read are dropped (``release_file_mappings``): a compressed model read from that file keeps
-    it mapped, and the pages NNCF's RTN read would otherwise stay resident through the evaluations.
+    against which the candidates are then evaluated one at a time, each compressed from its own read of
+    ``model_xml``. Memory holds the candidate kept so far, the one being compressed or evaluated, and one logits
+    block per model: nothing else refers to a candidate, so one that is not kept is freed at once. After each
+    compression the pages of the IR's weights file that it read are dropped (``release_file_mappings``): a
+    compressed model read from that file keeps it mapped, and the pages NNCF's RTN read would otherwise stay
+    resident through the evaluations.
     """
     if self_calibrated.self_calibration is None:
         msg = "the output check compares a self-calibrated compression: self_calibrated.self_calibration is None"
@@ -321,7 +322,7 @@ def compress_checked_on_outputs(
             release_file_mappings(weights_file)
             reference = evaluation.RecordedLogits.record(model_xml, held_out, Path(scratch) / "float_logits.bin")
             release_file_mappings(weights_file)
-        kept, chosen, metrics = _compress_candidates(model, model_xml, candidates, reference, held_out, log, timer)
+        kept, chosen, metrics = _compress_candidates(model_xml, candidates, reference, held_out, log, timer)
         reference.close()
     summary = ", ".join(f"{name} {metrics[name]['kl']:.4f}" for name in candidates)
     log(f"Output check on {len(held_out)} held-out generated sequences, KL vs float: {summary}; keeping {chosen}")
@@ -329,7 +330,6 @@ def compress_checked_on_outputs(
 
 
 def _compress_candidates(
-    model: ov.Model,
     model_xml: Path,
     candidates: Mapping[str, CompressionOptions],
     reference: evaluation.RecordedLogits,
@@ -337,13 +337,13 @@ def _compress_candidates(
     log: Callable[[str], None],
     timer: StepTimer,
 ) -> tuple[ov.Model, str, dict[str, evaluation.Metrics]]:
-    """Every candidate compressed (the first from ``model``, in ``compress_timed``'s phases; the others from
-    ``model_xml`` again) and evaluated against ``reference``: the least-KL one (ties keep the earlier), its name, and
+    """Every candidate compressed from ``model_xml`` (the first in ``compress_timed``'s phases) and evaluated
+    against ``reference``: the least-KL one (ties keep the earlier), its name, and
     every candidate's metrics with the reference's as ``fp``."""
     weights_file = models.ir_xml(model_xml).with_suffix(".bin")
     (first, first_options), *others = candidates.items()
     log(f"Output check: compressing the {first} candidate")
-    kept = compress_timed(model, first_options, None, timer)
+    kept = compress_timed(read_model(model_xml), first_options, None, timer)
     release_file_mappings(weights_file)
     with timer.step(OUTPUT_CHECK_PHASE):
         metrics = evaluation.evaluate_llms(reference, {first: kept}, held_out)
