@@ -128,11 +128,13 @@ def test_seven_b_estimates() -> None:
     assert by_phase["self-calibration text"] == pytest.approx(generation / GIB + 0.8, rel=1e-9)
     assert by_phase["statistics"] == pytest.approx((SEVEN_B.stored_bytes + QWEN_7B.working_bytes(1, 128)) / GIB + 0.8)
     assert by_phase["export"] == pytest.approx(15_231_233_024 / GIB + 0.8, rel=1e-9)
-    assert by_phase["compression"] < 16
+    assert by_phase["compression"] == pytest.approx(1.1 * SEVEN_B.stored_bytes / GIB + 0.8, rel=1e-6)  # measured
+    data_free = {e.phase: e.total / GIB for e in memory.compress_estimates(SEVEN_B, True, False, False)}
+    assert data_free["compression"] < 12
     # the output check never holds the float model beside a candidate: it needs no more than self-calibration
     assert by_phase["output check reference"] <= by_phase["self-calibration text"]
-    assert by_phase["output check"] < by_phase["compression"] + 3 * SEVEN_B.compressed_bytes() / GIB
-    assert max(by_phase.values()) < 22
+    assert by_phase["output check"] <= by_phase["self-calibration text"]
+    assert max(by_phase.values()) < 17
 
 
 def test_without_a_config_the_float_model_is_its_weights() -> None:
