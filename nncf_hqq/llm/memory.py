@@ -206,7 +206,7 @@ def compress_estimates(
     if self_calibration and output_check:  # the float model's logits are recorded before any compression
         reference = size.float_model_parts(HELD_OUT_SEQUENCES, SEQUENCE_TOKENS)
         phases.append(PhaseEstimate("output check reference", reference))
-    compression = (("compressed weights", compressed), ("working set", working))
+    compression: tuple[tuple[str, int], ...] = (("compressed weights", compressed), ("working set", working))
     if self_calibration and DATA_AWARE_COMPRESSION_FACTOR * size.stored_bytes > compressed + working:
         data_aware = int(DATA_AWARE_COMPRESSION_FACTOR * size.stored_bytes)
         compression = (
