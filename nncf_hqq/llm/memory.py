@@ -215,7 +215,7 @@ def compress_estimates(
     phases.append(PhaseEstimate("compression", compression))
     if self_calibration and output_check:
         current = max(2 * compressed, compressed + working)
-        parts = (("the candidate kept", compressed), ("one compressed and compiled", current))
+        parts = (("the candidate kept", compressed), ("one being compressed, or compiled", current))
         phases.append(PhaseEstimate("output check", parts))
     return phases
 
