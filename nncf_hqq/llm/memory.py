@@ -207,8 +207,8 @@ def compress_estimates(
         reference = size.float_model_parts(HELD_OUT_SEQUENCES, SEQUENCE_TOKENS)
         phases.append(PhaseEstimate("output check reference", reference))
     compression: tuple[tuple[str, int], ...] = (("compressed weights", compressed), ("working set", working))
-    if self_calibration and DATA_AWARE_COMPRESSION_FACTOR * size.stored_bytes > compressed + working:
-        data_aware = int(DATA_AWARE_COMPRESSION_FACTOR * size.stored_bytes)
+    data_aware = int(DATA_AWARE_COMPRESSION_FACTOR * size.stored_bytes)
+    if self_calibration and data_aware > compressed + working:
         compression = (
             (f"statistics, AWQ, Scale Estimation, HQQ ({DATA_AWARE_COMPRESSION_FACTOR}x the weights)", data_aware),
         )

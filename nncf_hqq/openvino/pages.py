@@ -112,22 +112,23 @@ def release_model_pages(model: Any) -> int:
     return released
 
 
-def release_file_mappings(path: str | os.PathLike[str]) -> int:
-    """Drops the resident pages of every read-only mapping of the file ``path`` in this process (e.g. an IR's
+def release_file_mappings(*paths: str | os.PathLike[str]) -> int:
+    """Drops the resident pages of every read-only mapping of the files ``paths`` in this process (e.g. an IR's
     ``.bin``, which every model read from it maps), whoever holds them: a model compressed by code that does not
     release its weights' pages as it goes (NNCF's own writer) keeps the pages it read resident until it is freed.
     As with ``release_file_pages``, a later read faults the same bytes in again. Returns the size of the
     mappings dropped, in bytes."""
     madvise = _madvise()
-    target = os.path.realpath(path)
-    if madvise is None or not os.path.isfile(target):
+    targets = {os.path.realpath(path) for path in paths}
+    targets = {target for target in targets if os.path.isfile(target)}
+    if madvise is None or not targets:
         return 0
     with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
         lines = maps.read().splitlines()
     released = 0
     for line in lines:
         fields = line.split(maxsplit=5)
-        if len(fields) == 6 and fields[5].strip() == target and fields[1][:2] == "r-":
+        if len(fields) == 6 and fields[5].strip() in targets and fields[1][:2] == "r-":
             low, high = (int(x, 16) for x in fields[0].split("-"))
             if madvise(ctypes.c_void_p(low), ctypes.c_size_t(high - low), MADV_DONTNEED) == 0:
                 released += high - low
@@ -152,13 +153,9 @@ def releasing_file_pages(*paths: str | os.PathLike[str], interval: float = RELEA
         raise ValueError(msg)
     stop = threading.Event()
 
-    def drop() -> None:
-        for path in paths:
-            release_file_mappings(path)
-
     def loop() -> None:
         while not stop.wait(interval):
-            drop()
+            release_file_mappings(*paths)
 
     thread = threading.Thread(target=loop, name="nncf-hqq-release-pages", daemon=True)
     thread.start()
@@ -167,4 +164,4 @@ def releasing_file_pages(*paths: str | os.PathLike[str], interval: float = RELEA
     finally:
         stop.set()
         thread.join()
-        drop()
+        release_file_mappings(*paths)
