@@ -41,12 +41,12 @@ from nncf_hqq.kernels.activations import refine_scale_on_activations
 from nncf_hqq.maths.conversion import contiguous
 from nncf_hqq.maths.conversion import to_compressed_weight
 from nncf_hqq.maths.conversion import to_symmetric_compressed_weight
+from nncf_hqq.maths.core import equivalent_inputs
+from nncf_hqq.maths.core import rtn_scale_zero_point
+from nncf_hqq.maths.core import split_into_groups
 from nncf_hqq.maths.error_feedback import error_feedback_codes
 from nncf_hqq.maths.guard import choose_per_row
-from nncf_hqq.maths.solver import equivalent_inputs
 from nncf_hqq.maths.solver import hqq_solve
-from nncf_hqq.maths.solver import rtn_scale_zero_point
-from nncf_hqq.maths.solver import split_into_groups
 from nncf_hqq.maths.solver import symmetric_init
 from nncf_hqq.parameters import AttentionRole
 from nncf_hqq.parameters import HQQParameters

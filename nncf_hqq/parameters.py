@@ -126,7 +126,7 @@ class HQQParameters:
     :param rtn_roles: attention projections (by ``AttentionRole``) that keep NNCF's round-to-nearest (integer
         zero point) instead of HQQ, e.g. ``("value",)``; found in the OpenVINO graph, data-free.
     :param scale_estimation_rounds: with ``scale_estimation=True`` (calibration data), rounds of data-aware scale
-        refinement that start from HQQ's result and keep its zero points (see ``solver.refine_scale_on_activations``).
+        refinement that start from HQQ's result and keep its zero points (see ``core.refine_scale_on_activations``).
     :param output_guard: with ``scale_estimation=True`` (calibration data), every output channel of a layer takes
         whichever of HQQ's result, NNCF's Scale Estimation result and NNCF's round-to-nearest reproduces the layer's
         outputs on the calibration inputs best (``nncf_hqq.maths.guard``), so that no layer's output error there is

@@ -21,7 +21,7 @@ from nncf_hqq import integration
 from nncf_hqq._nncf import WeightCompressionConfig
 from nncf_hqq.hqq import HQQ
 from nncf_hqq.hqq import all_finite
-from nncf_hqq.maths.conversion import decompress
+from nncf_hqq.maths.core import decompress
 from nncf_hqq.openvino import writer as ov_writer
 from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import HQQ_REFERENCE

@@ -11,10 +11,10 @@ from nncf import SensitivityMetric
 from nncf.tensor import Tensor
 
 import nncf_hqq  # noqa: F401
-from nncf_hqq.maths.solver import activation_error
+from nncf_hqq.maths.core import activation_error
+from nncf_hqq.maths.core import output_projections
+from nncf_hqq.maths.core import refine_scale_on_activations
 from nncf_hqq.maths.solver import hqq_solve
-from nncf_hqq.maths.solver import output_projections
-from nncf_hqq.maths.solver import refine_scale_on_activations
 from nncf_hqq.parameters import HQQ_DEFAULT
 from tests.ov_models import VOCAB
 from tests.ov_models import input_ids

@@ -16,12 +16,12 @@ from nncf.tensor import Tensor
 import nncf_hqq  # noqa: F401
 from nncf_hqq._nncf import WeightCompressionConfig
 from nncf_hqq.hqq import HQQ
-from nncf_hqq.maths.conversion import decompress
+from nncf_hqq.maths.core import decompress
+from nncf_hqq.maths.core import rtn_scale_zero_point
 from nncf_hqq.maths.error_feedback import damped_second_moment
 from nncf_hqq.maths.error_feedback import error_feedback_codes
 from nncf_hqq.maths.error_feedback import inverse_cholesky_upper
 from nncf_hqq.maths.error_feedback import round_with_error_feedback
-from nncf_hqq.maths.solver import rtn_scale_zero_point
 from nncf_hqq.parameters import HQQ_DEFAULT
 
 

@@ -16,16 +16,16 @@ from nncf.quantization.algorithms.weight_compression.weight_lowering import calc
 from nncf.tensor import Tensor
 
 from nncf_hqq.hqq import HQQ
-from nncf_hqq.maths.conversion import decompress
 from nncf_hqq.maths.conversion import hqq_to_nncf
 from nncf_hqq.maths.conversion import nncf_to_hqq
 from nncf_hqq.maths.conversion import to_compressed_weight
 from nncf_hqq.maths.conversion import to_symmetric_compressed_weight
-from nncf_hqq.maths.solver import dequantize
+from nncf_hqq.maths.core import decompress
+from nncf_hqq.maths.core import dequantize
+from nncf_hqq.maths.core import quantize
+from nncf_hqq.maths.core import rtn_scale_zero_point
+from nncf_hqq.maths.core import split_into_groups
 from nncf_hqq.maths.solver import hqq_solve
-from nncf_hqq.maths.solver import quantize
-from nncf_hqq.maths.solver import rtn_scale_zero_point
-from nncf_hqq.maths.solver import split_into_groups
 from nncf_hqq.maths.solver import symmetric_init
 from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import HQQ_REFERENCE

@@ -12,7 +12,7 @@ from nncf import CompressWeightsMode
 
 import nncf_hqq
 from nncf_hqq.hqq import HQQ
-from nncf_hqq.maths.conversion import decompress
+from nncf_hqq.maths.core import decompress
 from tests.ov_models import VOCAB
 from tests.ov_models import transformer_like
 

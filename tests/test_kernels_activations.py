@@ -1,5 +1,5 @@
 """The compiled scale refinement on activations (``nncf_hqq.kernels.activations``) against the numpy reference
-(``nncf_hqq.maths.solver.refine_scale_on_activations``).
+(``nncf_hqq.maths.core.refine_scale_on_activations``).
 
 Tolerance: at least 99.5% of the ``(row, group)`` inverse scales agree with the reference's to 1e-5 relative, and
 the layer's total output error on the calibration inputs is within 1e-4 relative of the reference's. Why not
@@ -16,7 +16,7 @@ from nncf.tensor import Tensor
 
 from nncf_hqq.kernels import activations as kernel
 from nncf_hqq.kernels import runtime
-from nncf_hqq.maths import solver
+from nncf_hqq.maths import core
 
 FACTORS = (1.0, 0.95, 0.9, 0.85)
 
@@ -39,8 +39,8 @@ def layer_case(
 
 def total_output_error(case: tuple[Tensor, Tensor, Tensor, Tensor], inverse_scale: Tensor) -> float:
     weight, _, zero, inputs = case
-    outputs = solver.output_projections(weight, inputs)
-    error, _ = solver.activation_error(outputs, weight, inverse_scale, zero, inputs, 4)
+    outputs = core.output_projections(weight, inputs)
+    error, _ = core.activation_error(outputs, weight, inverse_scale, zero, inputs, 4)
     return float(error.data.sum())
 
 
@@ -52,7 +52,7 @@ def total_output_error(case: tuple[Tensor, Tensor, Tensor, Tensor], inverse_scal
 @pytest.mark.parametrize("rounds", [0, 1, 4], ids=["no-rounds", "one-round", "four-rounds"])
 def test_compiled_matches_reference(out: int, groups: int, group_size: int, samples: int, rounds: int) -> None:
     case = layer_case(out, groups, group_size, samples)
-    expected = solver.refine_scale_on_activations(*case, 4, rounds, FACTORS)
+    expected = core.refine_scale_on_activations(*case, 4, rounds, FACTORS)
     got = kernel.refine_compiled(*case, 4, rounds, FACTORS)
     assert got.shape == expected.shape
     relative = np.abs(got.data - expected.data) / np.abs(expected.data)
@@ -65,9 +65,9 @@ def test_compiled_never_worse_than_its_start() -> None:
     case = layer_case(64, 4, 64, 16, seed=3)
     got = kernel.refine_compiled(*case, 4, 4, FACTORS)
     weight, start, zero, inputs = case
-    outputs = solver.output_projections(weight, inputs)
-    refined, _ = solver.activation_error(outputs, weight, got, zero, inputs, 4)
-    initial, _ = solver.activation_error(outputs, weight, start, zero, inputs, 4)
+    outputs = core.output_projections(weight, inputs)
+    refined, _ = core.activation_error(outputs, weight, got, zero, inputs, 4)
+    initial, _ = core.activation_error(outputs, weight, start, zero, inputs, 4)
     assert np.all(refined.data <= initial.data * (1 + 1e-5))
     assert float(refined.data.sum()) < float(initial.data.sum())
 
@@ -87,7 +87,7 @@ def test_exact_scale_is_kept() -> None:
 def test_experts_take_the_reference() -> None:
     case = layer_case(8, 2, 32, 4, experts=3)
     assert kernel.fallback_reason(*case, 4) is not None
-    expected = solver.refine_scale_on_activations(*case, 4, 2, FACTORS)
+    expected = core.refine_scale_on_activations(*case, 4, 2, FACTORS)
     np.testing.assert_array_equal(kernel.refine_scale_on_activations(*case, 4, 2, FACTORS).data, expected.data)
 
 
@@ -95,7 +95,7 @@ def test_switch_takes_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(runtime.DISABLE_ENV, "1")
     case = layer_case(40, 3, 32, 7, seed=1)
     assert kernel.fallback_reason(*case, 4) is not None
-    expected = solver.refine_scale_on_activations(*case, 4, 4, FACTORS)
+    expected = core.refine_scale_on_activations(*case, 4, 4, FACTORS)
     np.testing.assert_array_equal(kernel.refine_scale_on_activations(*case, 4, 4, FACTORS).data, expected.data)
 
 
@@ -118,7 +118,7 @@ def test_dispatch_uses_the_compiled_model(monkeypatch: pytest.MonkeyPatch) -> No
 @pytest.mark.parametrize(("group_size", "samples"), [(16, 200), (64, 65)], ids=["many-rows", "one-more-row"])
 def test_equivalent_inputs_have_the_same_second_moment(group_size: int, samples: int) -> None:
     *_, inputs = layer_case(4, 3, group_size, samples, seed=2)
-    factor = solver.equivalent_inputs(inputs).data
+    factor = core.equivalent_inputs(inputs).data
     x = inputs.data.astype(np.float64)
     assert factor.shape == (3, group_size, group_size)
     second_moment = x @ np.swapaxes(x, -1, -2)
@@ -129,9 +129,9 @@ def test_equivalent_inputs_have_the_same_second_moment(group_size: int, samples:
 def test_refinement_on_equivalent_inputs_is_the_refinement_on_the_rows(compiled: bool) -> None:
     """Same tolerance as the compiled/reference alignment: the sums are the same in another order."""
     weight, inverse_scale, zero, inputs = layer_case(48, 4, 32, 300, seed=3)
-    refine = kernel.refine_compiled if compiled else solver.refine_scale_on_activations
+    refine = kernel.refine_compiled if compiled else core.refine_scale_on_activations
     on_rows = refine(weight, inverse_scale, zero, inputs, 4, 4, FACTORS)
-    on_factor = refine(weight, inverse_scale, zero, solver.equivalent_inputs(inputs), 4, 4, FACTORS)
+    on_factor = refine(weight, inverse_scale, zero, core.equivalent_inputs(inputs), 4, 4, FACTORS)
     relative = np.abs(on_factor.data - on_rows.data) / np.abs(on_rows.data)
     assert np.mean(relative <= 1e-5) >= 0.995
     case = (weight, inverse_scale, zero, inputs)

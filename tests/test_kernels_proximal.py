@@ -2,7 +2,7 @@
 
 Tolerance (see ``assert_matches_reference``):
 
-* the inverse scale is bit-identical: both paths compute it with ``solver.min_max_init_for_range`` from the
+* the inverse scale is bit-identical: both paths compute it with ``core.min_max_init_for_range`` from the
   same (exact) minima and maxima;
 * zero points: at most 1% of the groups (5% with the per-group early stop; at least 2 groups are allowed)
   differ by more than 1e-4 relative (``|dz| > 1e-4 * max(1, |z|)``); the others agree to a few f32 ulps;
@@ -41,11 +41,12 @@ from nncf.tensor import Tensor
 from nncf_hqq.kernels import proximal
 from nncf_hqq.kernels import refine
 from nncf_hqq.kernels import runtime
+from nncf_hqq.maths import core
 from nncf_hqq.maths import solver
-from nncf_hqq.maths.solver import dequantize
+from nncf_hqq.maths.core import dequantize
+from nncf_hqq.maths.core import quantize
+from nncf_hqq.maths.core import split_into_groups
 from nncf_hqq.maths.solver import hqq_solve
-from nncf_hqq.maths.solver import quantize
-from nncf_hqq.maths.solver import split_into_groups
 from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import HQQ_REFERENCE
 from nncf_hqq.parameters import EarlyStopScope
@@ -415,7 +416,7 @@ def test_settling_sweep_equals_the_full_sweep(shape: tuple[int, ...], group_size
     """Dropping settled groups changes nothing: the trajectories are bit-identical to all 20 iterations on all
     groups (one compiled model unrolling them)."""
     grouped, axis = split_into_groups(Tensor(heavy_tailed(shape)), len(shape) - 1, group_size)
-    inverse_scale, zero = solver.min_max_init(grouped, axis, 4)
+    inverse_scale, zero = core.min_max_init(grouped, axis, 4)
     rows = runtime.as_rows(grouped.data, axis)
     s, z = inverse_scale.data.reshape(-1), zero.data.reshape(-1)
     run = proximal._ProximalRun(rows, s, 4, HQQ_DEFAULT)

@@ -25,10 +25,10 @@ from nncf_hqq.kernels import proximal
 from nncf_hqq.kernels import refine
 from nncf_hqq.kernels import runtime
 from nncf_hqq.maths.conversion import encode
-from nncf_hqq.maths.conversion import stored_group_error
 from nncf_hqq.maths.conversion import to_compressed_weight
-from nncf_hqq.maths.solver import rtn_scale_zero_point
-from nncf_hqq.maths.solver import split_into_groups
+from nncf_hqq.maths.core import rtn_scale_zero_point
+from nncf_hqq.maths.core import split_into_groups
+from nncf_hqq.maths.core import stored_group_error
 from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import HQQParameters
 from nncf_hqq.parameters import ZeroPointFormat

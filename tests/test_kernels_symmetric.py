@@ -22,9 +22,9 @@ from nncf.tensor import Tensor
 from nncf_hqq.kernels import refine
 from nncf_hqq.kernels import runtime
 from nncf_hqq.kernels import symmetric
-from nncf_hqq.maths.conversion import decompress
 from nncf_hqq.maths.conversion import to_symmetric_compressed_weight
-from nncf_hqq.maths.solver import split_into_groups
+from nncf_hqq.maths.core import decompress
+from nncf_hqq.maths.core import split_into_groups
 from nncf_hqq.maths.solver import symmetric_codes
 from nncf_hqq.maths.solver import symmetric_init
 from nncf_hqq.parameters import HQQ_DEFAULT

@@ -21,7 +21,7 @@ from nncf_hqq import integration
 from nncf_hqq._nncf import WeightCompressionConfig
 from nncf_hqq.hqq import HQQ
 from nncf_hqq.hqq import merge_reduction_axes
-from nncf_hqq.maths.conversion import decompress
+from nncf_hqq.maths.core import decompress
 from nncf_hqq.parameters import HQQParameters
 from tests.ov_models import conv_and_gather
 from tests.ov_models import run

@@ -22,10 +22,10 @@ from nncf_hqq._nncf import ScaleEstimation
 from nncf_hqq._nncf import WeightCompressionConfig
 from nncf_hqq._nncf import process_stats
 from nncf_hqq.hqq import HQQ
-from nncf_hqq.maths.conversion import decompress
+from nncf_hqq.maths.core import decompress
+from nncf_hqq.maths.core import split_into_groups
 from nncf_hqq.maths.guard import choose_per_row
 from nncf_hqq.maths.guard import row_output_errors
-from nncf_hqq.maths.solver import split_into_groups
 from tests.ov_models import heavy_tailed
 
 

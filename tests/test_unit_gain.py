@@ -21,11 +21,11 @@ from nncf_hqq.hqq import HQQ
 from nncf_hqq.kernels import proximal
 from nncf_hqq.kernels import refine
 from nncf_hqq.kernels import runtime
-from nncf_hqq.maths.conversion import decompress
-from nncf_hqq.maths.conversion import with_unit_gain
-from nncf_hqq.maths.solver import UNIT_GAIN_LIMITS
-from nncf_hqq.maths.solver import split_into_groups
-from nncf_hqq.maths.solver import unit_gain_factor
+from nncf_hqq.maths.core import UNIT_GAIN_LIMITS
+from nncf_hqq.maths.core import decompress
+from nncf_hqq.maths.core import split_into_groups
+from nncf_hqq.maths.core import unit_gain_factor
+from nncf_hqq.maths.core import with_unit_gain
 from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import AttentionRole
 from nncf_hqq.parameters import HQQParameters
@@ -174,7 +174,7 @@ def test_unit_gain_fused_into_the_guard_matches_the_reference(
     """The compiled ``finish`` takes the unit-gain sums from the RTN guard's pass: the codes and zero points of the
     compiled ``finish`` without the gain, and scales within the tolerance of
     ``test_compiled_unit_gain_matches_the_reference`` (one f16 step, in at most 1% of groups) of the numpy
-    reference ``conversion.with_unit_gain`` applied to that result. The reference ``finish`` with ``unit_gain``
+    reference ``core.with_unit_gain`` applied to that result. The reference ``finish`` with ``unit_gain``
     is that reference after its own refinement and guard."""
     grouped, grouped_axis = split_into_groups(Tensor(heavy_tailed(shape, seed=4)), axis, group_size)
     inverse_scale, zero = proximal.solve(grouped, grouped_axis, bits, params)

@@ -1,5 +1,5 @@
 """Compiled OpenVINO implementation of the data-aware scale refinement
-(``nncf_hqq.maths.solver.refine_scale_on_activations``), and the dispatch to it.
+(``nncf_hqq.maths.core.refine_scale_on_activations``), and the dispatch to it.
 
 The refinement quantizes the whole weight and projects the shifted codes on the calibration inputs once per
 round and start (21 times with the default four starts and four rounds). In numpy every quantization is several
@@ -21,8 +21,8 @@ from openvino import opset13 as opset
 
 from nncf_hqq.kernels import runtime
 from nncf_hqq.kernels.refine import numpy_f32
-from nncf_hqq.maths import solver
-from nncf_hqq.maths.solver import levels_max
+from nncf_hqq.maths import core
+from nncf_hqq.maths.core import levels_max
 
 #: Compiled models kept (one per block, layer shape, sample count, bit width, rounds and starts).
 CACHE_SIZE = 16
@@ -37,11 +37,11 @@ def refine_scale_on_activations(
     rounds: int,
     scale_factors: tuple[float, ...] = (1.0,),
 ) -> Tensor:
-    """``solver.refine_scale_on_activations`` (same contract and layout), compiled where possible."""
+    """``core.refine_scale_on_activations`` (same contract and layout), compiled where possible."""
     return runtime.guarded(
         fallback_reason(weight, inverse_scale, zero, activations, num_bits),
         lambda: refine_compiled(weight, inverse_scale, zero, activations, num_bits, rounds, scale_factors),
-        lambda: solver.refine_scale_on_activations(
+        lambda: core.refine_scale_on_activations(
             weight, inverse_scale, zero, activations, num_bits, rounds, scale_factors
         ),
         "scale refinement on activations",
@@ -133,7 +133,7 @@ class _RefinementGraph:
         self.weight_outputs = opset.matmul(weight, activations, False, False)
 
     def error(self, inverse_scale: ov.Node) -> tuple[ov.Node, ov.Node]:
-        """``solver.activation_error``: the squared output error ``[groups, rows, 1]`` and the projections of the
+        """``core.activation_error``: the squared output error ``[groups, rows, 1]`` and the projections of the
         shifted codes ``[groups, rows, samples]``."""
         shifted = opset.add(opset.multiply(self.weight, inverse_scale), self.zero)
         codes = opset.clamp(opset.round(shifted, "half_to_even"), 0.0, self.q_max)

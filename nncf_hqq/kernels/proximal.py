@@ -49,17 +49,17 @@ from nncf_hqq.kernels.runtime import guarded
 from nncf_hqq.kernels.runtime import rows_per_block
 from nncf_hqq.kernels.runtime import stack_columns
 from nncf_hqq.kernels.runtime import tensor_fallback_reason
+from nncf_hqq.maths.core import dequantize
+from nncf_hqq.maths.core import levels_max
+from nncf_hqq.maths.core import mean_absolute_error
+from nncf_hqq.maths.core import min_max_init_for_range
+from nncf_hqq.maths.core import quantize
+from nncf_hqq.maths.core import zero_point_update
 from nncf_hqq.maths.solver import SHRINK_EPS
 from nncf_hqq.maths.solver import SHRINK_MARGIN
-from nncf_hqq.maths.solver import dequantize
 from nncf_hqq.maths.solver import hqq_solve
-from nncf_hqq.maths.solver import levels_max
-from nncf_hqq.maths.solver import mean_absolute_error
-from nncf_hqq.maths.solver import min_max_init_for_range
-from nncf_hqq.maths.solver import quantize
 from nncf_hqq.maths.solver import shrink_free_bound
 from nncf_hqq.maths.solver import shrink_lp
-from nncf_hqq.maths.solver import zero_point_update
 from nncf_hqq.parameters import EarlyStopScope
 from nncf_hqq.parameters import HQQParameters
 
@@ -414,7 +414,7 @@ class _ProximalRun(ProximalReplay):
             reconstruction = dequantize(codes, inverse_scale, z)
             errors.append(mean_absolute_error(weight, reconstruction, 1).data[:, 0])
             shrunk = shrink_lp(weight - reconstruction, beta, self.params.lp_norm)
-            z = zero_point_update(weight, codes, shrunk, inverse_scale, 1)
+            z = zero_point_update(weight - shrunk, codes, inverse_scale, 1)
             zeros.append(z.data[:, 0])
         return np.stack(zeros), (np.stack(errors) / self.error_factor[groups]).astype(np.float32)
 

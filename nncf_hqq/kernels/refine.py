@@ -1,7 +1,7 @@
 """Compiled OpenVINO implementations of what follows HQQ's proximal solver, and the dispatch to them.
 
 ``finish`` takes the solver's inverse scale and zero point and returns NNCF's ``CompressedWeight``:
-the least-squares refinement (``nncf_hqq.maths.solver.refine_least_squares``), the values as stored (f16 scale, f16
+the least-squares refinement (``nncf_hqq.maths.core.refine_least_squares``), the values as stored (f16 scale, f16
 or integer zero point) and the per-group RTN guard. ``finish_reference`` is the numpy reference of all three;
 ``finish_compiled`` runs the weight-sized work as OpenVINO models (same switch as the proximal fast path:
 ``NNCF_HQQ_DISABLE_FAST_PATH``).
@@ -34,21 +34,21 @@ from openvino import opset13 as opset
 
 from nncf_hqq._nncf import CompressedWeight
 from nncf_hqq.kernels import runtime
-from nncf_hqq.maths.conversion import choose_per_group
 from nncf_hqq.maths.conversion import contiguous
 from nncf_hqq.maths.conversion import encode
 from nncf_hqq.maths.conversion import hqq_to_nncf
-from nncf_hqq.maths.conversion import rescaled
-from nncf_hqq.maths.conversion import stored_group_error
-from nncf_hqq.maths.conversion import stored_scale_zero_point
 from nncf_hqq.maths.conversion import to_compressed_weight
-from nncf_hqq.maths.conversion import with_unit_gain as with_unit_gain_reference
-from nncf_hqq.maths.solver import MAX_INVERSE_SCALE
-from nncf_hqq.maths.solver import levels_max
-from nncf_hqq.maths.solver import refine_least_squares
-from nncf_hqq.maths.solver import rtn_scale_zero_point
-from nncf_hqq.maths.solver import rtn_scale_zero_point_for_range
-from nncf_hqq.maths.solver import unit_gain as solver_unit_gain
+from nncf_hqq.maths.core import MAX_INVERSE_SCALE
+from nncf_hqq.maths.core import choose_per_group
+from nncf_hqq.maths.core import levels_max
+from nncf_hqq.maths.core import refine_least_squares
+from nncf_hqq.maths.core import rescaled
+from nncf_hqq.maths.core import rtn_scale_zero_point
+from nncf_hqq.maths.core import rtn_scale_zero_point_for_range
+from nncf_hqq.maths.core import stored_group_error
+from nncf_hqq.maths.core import stored_scale_zero_point
+from nncf_hqq.maths.core import unit_gain as solver_unit_gain
+from nncf_hqq.maths.core import with_unit_gain as with_unit_gain_reference
 from nncf_hqq.parameters import HQQParameters
 from nncf_hqq.parameters import ZeroPointFormat
 
@@ -70,7 +70,7 @@ def finish(
 
     :param grouped: the grouped weight; ``inverse_scale`` and ``zero`` are the solver's (HQQ convention).
     :param importance: per-element weights broadcastable to ``grouped`` (size 1 on the dims they do not vary on).
-    :param unit_gain: finally rescale every group to unit gain (``conversion.with_unit_gain``); the compiled path
+    :param unit_gain: finally rescale every group to unit gain (``core.with_unit_gain``); the compiled path
         takes the sums it needs from the RTN guard's pass over the weight.
     """
     return runtime.guarded(
@@ -182,7 +182,7 @@ def finish_compiled(
 
 
 def with_unit_gain(grouped: Tensor, compressed: CompressedWeight, axis: int) -> CompressedWeight:
-    """``conversion.with_unit_gain`` (its numpy reference), with the per-group sums computed by a compiled model."""
+    """``core.with_unit_gain`` (its numpy reference), with the per-group sums computed by a compiled model."""
     return runtime.guarded(
         unit_gain_fallback_reason(grouped, compressed),
         lambda: with_unit_gain_compiled(grouped, compressed, axis),
@@ -426,7 +426,7 @@ def build_guard_model(rows: int, group_size: int, q_max: float, weighted: bool) 
     codes of the set each row keeps, and the sums ``unit_gain`` needs for them.
 
     Per-row input columns: scale and zero point of the first set, then of the second (NNCF's convention, as
-    stored). Outputs: ``[4, rows]``, the error of each set, like ``conversion.stored_group_error``, then the
+    stored). Outputs: ``[4, rows]``, the error of each set, like ``core.stored_group_error``, then the
     (unweighted) ``<W, W>`` and ``<q - zero_point, W>`` of the kept set; uint8 codes ``[rows, group_size]``
     (``conversion.encode``) of the first set where its error is not larger, else of the second.
     """
@@ -466,7 +466,7 @@ class RowMeans:
         self.total = None if importance is None else opset.reduce_sum(importance, self.axis, keep_dims=True)
 
     def mean(self, x: ov.Node) -> ov.Node:
-        """Per-row (weighted) mean, like ``solver.weighted_mean``."""
+        """Per-row (weighted) mean, like ``core.weighted_mean``."""
         return self.normalised_sum(self.weighted(x))
 
     def normalised_sum(self, x: ov.Node) -> ov.Node:
@@ -490,7 +490,7 @@ class RefinementGraph(RowMeans):
         self.w_max = opset.reduce_max(weight, self.axis, keep_dims=True)
 
     def cap_to_extremes(self, s: ov.Node, z: ov.Node) -> ov.Node:
-        """``solver.cap_inverse_scale_to_extremes``: the largest ``s`` (up to the given one) that keeps the row's
+        """``core.cap_inverse_scale_to_extremes``: the largest ``s`` (up to the given one) that keeps the row's
         minimum and maximum within half a step of the code range."""
         zero, no_cap = opset.constant(np.float32(0.0)), opset.constant(np.float32(MAX_INVERSE_SCALE))
         one = opset.constant(np.float32(1.0))
@@ -554,7 +554,7 @@ class RefinementGraph(RowMeans):
         return codes, self.mean(opset.multiply(diff, diff))
 
     def scale_and_zero(self, m: _Moments) -> tuple[ov.Node, ov.Node]:
-        """``solver.least_squares_scale_zero`` from the residual's moments: with ``codes = W * s + z + r``,
+        """``core.least_squares_scale_zero`` from the residual's moments: with ``codes = W * s + z + r``,
         ``cov(codes, W) = s var(W) + cov(r, W)`` and ``var(codes) = s^2 var(W) + 2 s cov(r, W) + var(r)``."""
         s_var = opset.multiply(m.s, self.weight_variance)
         covariance = opset.add(s_var, m.mean_rw)
@@ -568,7 +568,7 @@ class RefinementGraph(RowMeans):
         return new_s, new_z
 
     def scale_for_zero(self, m: _Moments) -> tuple[ov.Node, ov.Node]:
-        """``solver.least_squares_scale_for_zero`` from the moments (``uncentred``): with ``codes - z = W * s + r``,
+        """``core.least_squares_scale_for_zero`` from the moments (``uncentred``): with ``codes - z = W * s + r``,
         ``<W, codes - z> = s <W, W> + <W, r>`` and ``<codes - z, codes - z> = s^2 <W, W> + 2 s <W, r> + <r, r>``."""
         s_power = opset.multiply(m.s, self.weight_power)
         numerator = opset.add(s_power, m.mean_rw)

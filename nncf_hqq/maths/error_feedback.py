@@ -9,7 +9,7 @@ that error: the updated weights are then rounded to the same grid. With the uppe
 (``H^{-1} = U^T U``), the correction of column ``j > i`` is ``U[i, j] / U[i, i]`` times the error.
 
 Layout: the weight ``[out, in]`` (the input axis last), grid parameters in HQQ's convention ``W ~ (q - z) / s``
-(``solver.quantize``), ``[out, groups, 1]`` with ``groups * group_size == in``.
+(``core.quantize``), ``[out, groups, 1]`` with ``groups * group_size == in``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from nncf.tensor import Tensor
 from nncf.tensor import TensorDataType
 from nncf.tensor import functions as fns
 
-from nncf_hqq.maths.solver import levels_max
+from nncf_hqq.maths.core import levels_max
 
 #: GPTQ's lazy-update block: columns rounded together before the columns after them are updated at once.
 ERROR_FEEDBACK_BLOCK = 128

@@ -17,7 +17,7 @@ from nncf.tensor import TensorDataType
 from nncf.tensor import functions as fns
 
 from nncf_hqq._nncf import CompressedWeight
-from nncf_hqq.maths.conversion import decompress
+from nncf_hqq.maths.core import decompress
 
 
 def row_output_errors(weight: Tensor, reconstruction: Tensor, activations: Tensor, axis: int) -> Tensor:
