@@ -41,7 +41,6 @@ from nncf.tensor import Tensor
 from nncf_hqq.kernels import proximal
 from nncf_hqq.kernels import refine
 from nncf_hqq.kernels import runtime
-from nncf_hqq.maths import core
 from nncf_hqq.maths import solver
 from nncf_hqq.maths.core import dequantize
 from nncf_hqq.maths.core import quantize
@@ -416,7 +415,7 @@ def test_settling_sweep_equals_the_full_sweep(shape: tuple[int, ...], group_size
     """Dropping settled groups changes nothing: the trajectories are bit-identical to all 20 iterations on all
     groups (one compiled model unrolling them)."""
     grouped, axis = split_into_groups(Tensor(heavy_tailed(shape)), len(shape) - 1, group_size)
-    inverse_scale, zero = core.min_max_init(grouped, axis, 4)
+    inverse_scale, zero = solver.min_max_init(grouped, axis, 4)
     rows = runtime.as_rows(grouped.data, axis)
     s, z = inverse_scale.data.reshape(-1), zero.data.reshape(-1)
     run = proximal._ProximalRun(rows, s, 4, HQQ_DEFAULT)

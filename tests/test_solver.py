@@ -14,9 +14,7 @@ from nncf.tensor import Tensor
 from nncf.tensor import functions as fns
 
 from nncf_hqq.maths.core import dequantize
-from nncf_hqq.maths.core import least_squares_scale_for_zero
 from nncf_hqq.maths.core import least_squares_scale_zero
-from nncf_hqq.maths.core import min_max_init
 from nncf_hqq.maths.core import quantize
 from nncf_hqq.maths.core import refine_least_squares
 from nncf_hqq.maths.core import split_into_groups
@@ -26,7 +24,10 @@ from nncf_hqq.maths.solver import SHRINK_EPS
 from nncf_hqq.maths.solver import floor_symmetric_scale_to_extremes
 from nncf_hqq.maths.solver import group_squared_error
 from nncf_hqq.maths.solver import hqq_solve
+from nncf_hqq.maths.solver import least_squares_scale_for_zero
+from nncf_hqq.maths.solver import min_max_init
 from nncf_hqq.maths.solver import optimize_scale_proximal
+from nncf_hqq.maths.solver import refine_scale_and_zero
 from nncf_hqq.maths.solver import refine_symmetric_scale
 from nncf_hqq.maths.solver import shrink_free_bound
 from nncf_hqq.maths.solver import shrink_lp
@@ -271,7 +272,7 @@ def test_refinement_never_increases_group_error(groups: np.ndarray, integer_zero
     s0, z0 = hqq_solve(t, 1, 4, HQQ_DEFAULT, importance)
     if integer_zero:
         z0 = fns.clip(fns.round(z0), 0.0, 15.0)
-    s, z = refine_least_squares(t, s0, z0, 1, 4, 4, importance, integer_zero)
+    s, z = refine_scale_and_zero(t, s0, z0, 1, 4, 4, importance, integer_zero)
     before = group_squared_error(t, s0, z0, 1, 4, importance).data
     after = group_squared_error(t, s, z, 1, 4, importance).data
     assert np.all(after <= before)

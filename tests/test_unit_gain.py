@@ -24,8 +24,8 @@ from nncf_hqq.kernels import runtime
 from nncf_hqq.maths.core import UNIT_GAIN_LIMITS
 from nncf_hqq.maths.core import decompress
 from nncf_hqq.maths.core import split_into_groups
-from nncf_hqq.maths.core import unit_gain_factor
 from nncf_hqq.maths.core import with_unit_gain
+from nncf_hqq.maths.solver import unit_gain_factor
 from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import AttentionRole
 from nncf_hqq.parameters import HQQParameters

@@ -41,7 +41,6 @@ from nncf_hqq.maths.conversion import to_compressed_weight
 from nncf_hqq.maths.core import MAX_INVERSE_SCALE
 from nncf_hqq.maths.core import choose_per_group
 from nncf_hqq.maths.core import levels_max
-from nncf_hqq.maths.core import refine_least_squares
 from nncf_hqq.maths.core import rescaled
 from nncf_hqq.maths.core import rtn_scale_zero_point
 from nncf_hqq.maths.core import rtn_scale_zero_point_for_range
@@ -49,6 +48,7 @@ from nncf_hqq.maths.core import stored_group_error
 from nncf_hqq.maths.core import stored_scale_zero_point
 from nncf_hqq.maths.core import unit_gain as solver_unit_gain
 from nncf_hqq.maths.core import with_unit_gain as with_unit_gain_reference
+from nncf_hqq.maths.solver import refine_scale_and_zero
 from nncf_hqq.parameters import HQQParameters
 from nncf_hqq.parameters import ZeroPointFormat
 
@@ -98,7 +98,7 @@ def finish_reference(
     """The numpy (any ``nncf.tensor`` backend) reference of ``finish``."""
     integer_zero_point = is_integer_zero_point(params)
     if params.refine_rounds or integer_zero_point:
-        inverse_scale, zero = refine_least_squares(
+        inverse_scale, zero = refine_scale_and_zero(
             grouped,
             inverse_scale,
             zero,
@@ -568,7 +568,7 @@ class RefinementGraph(RowMeans):
         return new_s, new_z
 
     def scale_for_zero(self, m: _Moments) -> tuple[ov.Node, ov.Node]:
-        """``core.least_squares_scale_for_zero`` from the moments (``uncentred``): with ``codes - z = W * s + r``,
+        """``solver.least_squares_scale_for_zero`` from the moments (``uncentred``): with ``codes - z = W * s + r``,
         ``<W, codes - z> = s <W, W> + <W, r>`` and ``<codes - z, codes - z> = s^2 <W, W> + 2 s <W, r> + <r, r>``."""
         s_power = opset.multiply(m.s, self.weight_power)
         numerator = opset.add(s_power, m.mean_rw)

@@ -16,13 +16,18 @@ from nncf.tensor import Tensor
 from nncf.tensor import TensorDataType
 from nncf.tensor import functions as fns
 
+from nncf_hqq.maths.core import cap_inverse_scale_to_extremes
 from nncf_hqq.maths.core import dequantize
+from nncf_hqq.maths.core import group_inner_product
 from nncf_hqq.maths.core import keep_best
+from nncf_hqq.maths.core import levels_max
 from nncf_hqq.maths.core import mean_absolute_error
-from nncf_hqq.maths.core import min_max_init
+from nncf_hqq.maths.core import min_max_init_for_range
 from nncf_hqq.maths.core import optimize_zero_point
 from nncf_hqq.maths.core import quantize
+from nncf_hqq.maths.core import refine_least_squares
 from nncf_hqq.maths.core import signed_magnitude
+from nncf_hqq.maths.core import unit_gain
 from nncf_hqq.maths.core import weighted_mean
 from nncf_hqq.maths.core import zero_point_update
 from nncf_hqq.parameters import EarlyStopScope
@@ -75,6 +80,67 @@ def shrink_free_bound(beta: float, p: float) -> float:
         else:
             high = middle
     return low
+
+
+def min_max_init(weight: Tensor, axis: int, num_bits: int) -> tuple[Tensor, Tensor]:
+    """HQQ's min/max initialisation of grouped ``weight`` (``core.min_max_init_for_range``): ``(s, z)``, keepdims."""
+    w_min = fns.min(weight, axis=axis, keepdims=True)
+    return min_max_init_for_range(w_min, fns.max(weight, axis=axis, keepdims=True), num_bits)
+
+
+def least_squares_scale_for_zero(
+    weight: Tensor, codes: Tensor, zero: Tensor, axis: int, importance: Tensor | None, previous: Tensor
+) -> Tensor:
+    """Best inverse scale for fixed codes and zero point: ``a = <W, Wq - z> / <Wq - z, Wq - z>``, ``s = 1/a``."""
+    shifted = codes - zero
+    numerator = weighted_mean(weight * shifted, importance, axis)
+    denominator = weighted_mean(shifted * shifted, importance, axis)
+    valid = (denominator > 0.0) & (numerator > 0.0)
+    return fns.where(valid, fns.where(valid, denominator, 1.0) / fns.where(valid, numerator, 1.0), previous)
+
+
+def refine_scale_and_zero(
+    weight: Tensor,
+    inverse_scale: Tensor,
+    zero: Tensor,
+    axis: int,
+    num_bits: int,
+    rounds: int,
+    importance: Tensor | None = None,
+    integer_zero: bool = False,
+    preserve_extremes: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """``core.refine_least_squares``, or with ``integer_zero`` its variant for an integer zero point: the zero point
+    rounded to the nearest code first, then nearest codes and the least-squares scale for them alternate
+    (``least_squares_scale_for_zero``), every group keeping its best iterate."""
+    if not integer_zero:
+        return refine_least_squares(weight, inverse_scale, zero, axis, num_bits, rounds, importance, preserve_extremes)
+    weight = weight.astype(TensorDataType.float32)
+    zero = fns.clip(fns.round(zero), 0.0, levels_max(num_bits))
+
+    def project(s: Tensor) -> Tensor:
+        return cap_inverse_scale_to_extremes(weight, s, zero, axis, num_bits) if preserve_extremes else s
+
+    def codes_and_error(s: Tensor) -> tuple[Tensor, Tensor]:
+        codes = quantize(weight, s, zero, num_bits)
+        diff = dequantize(codes, s, zero) - weight
+        return codes, weighted_mean(diff * diff, importance, axis)
+
+    inverse_scale = project(inverse_scale)
+    best = inverse_scale
+    codes, best_error = codes_and_error(inverse_scale)
+    for _ in range(rounds):
+        inverse_scale = project(least_squares_scale_for_zero(weight, codes, zero, axis, importance, inverse_scale))
+        codes, error = codes_and_error(inverse_scale)
+        better = error < best_error
+        best, best_error = fns.where(better, inverse_scale, best), fns.where(better, error, best_error)
+    return best, zero
+
+
+def unit_gain_factor(weight: Tensor, reconstruction: Tensor, axis: int) -> Tensor:
+    """Per group ``c = <W, W> / <W_hat, W>``: ``c * W_hat`` reproduces the weight with unit gain along itself
+    (``core.unit_gain_factor_for_codes`` without the codes)."""
+    return unit_gain(group_inner_product(weight, weight, axis), group_inner_product(reconstruction, weight, axis))
 
 
 def is_core_loop(params: HQQParameters) -> bool:
