@@ -120,6 +120,10 @@ ROWS: dict[str, HQQParameters | None] = {
     "default_split": dataclasses.replace(HQQ_DEFAULT, zero_point_format="split"),
     "default_shrink": dataclasses.replace(HQQ_DEFAULT, shrinkage=True),
     "default_no_unit_gain": dataclasses.replace(HQQ_DEFAULT, unit_gain=False),
+    # ablations of the default for the NNCF pull request's core (docs/upstreaming.md)
+    "default_no_guard": dataclasses.replace(HQQ_DEFAULT, rtn_guard=False),
+    "default_no_proximal": dataclasses.replace(HQQ_DEFAULT, iterations=0),
+    "default_no_norm_gain_no_guard": dataclasses.replace(HQQ_DEFAULT, importance="none", rtn_guard=False),
     "awq_se": None,
     "awq_se_hqq": HQQ_DEFAULT,
     "awq_se_hqq_no_guard": dataclasses.replace(HQQ_DEFAULT, output_guard=False),
