@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 CACHE_DIR = Path(os.environ.get("NNCF_HQQ_CACHE", Path.home() / ".cache" / "nncf_hqq"))
-DISABLE_ENV = "NNCF_HQQ_DISABLE_FAST_PATH"
+DISABLE_ENV = "NNCF_DISABLE_OPTIMIZED_COMPRESSION"
 #: Qwen2.5-1.5B decoder shapes: hidden size, intermediate size, key/value width, layers.
 QWEN_HIDDEN, QWEN_INTERMEDIATE, QWEN_KV, QWEN_LAYERS = 1536, 8960, 256, 28
 

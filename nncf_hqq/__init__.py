@@ -17,6 +17,7 @@ import nncf.quantization
 from nncf_hqq.api import AdvancedCompressionParameters
 from nncf_hqq.api import compress_weights
 from nncf_hqq.openvino.graph import moe_gate_matmuls
+from nncf_hqq.parameters import HQQ_CORE
 from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import HQQ_REFERENCE
 from nncf_hqq.parameters import HQQ_TOKEN_ROWS
@@ -32,6 +33,7 @@ from nncf_hqq.self_calibration import self_calibration_dataset
 __version__ = "0.1.0"
 
 __all__ = [
+    "HQQ_CORE",
     "HQQ_DEFAULT",
     "HQQ_REFERENCE",
     "HQQ_TOKEN_ROWS",

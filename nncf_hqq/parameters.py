@@ -257,6 +257,12 @@ HQQ_DEFAULT = HQQParameters()
 #: compression time of ``HQQ_DEFAULT`` (docs/self_calibration.md). The rows kept grow with the number of samples.
 HQQ_TOKEN_ROWS = HQQ_DEFAULT.replace(calibration_token_rows=32)
 
+#: What NNCF with HQQ's core pull request (upstream/, patch 0001) writes with its default ``AdvancedHQQParameters``:
+#: ``HQQ_DEFAULT`` without the output guard (with Scale Estimation it refines HQQ's scales on the calibration data and
+#: keeps them); data-free the two are the same. 0001 has no compiled kernels: it writes the bytes of this preset's
+#: numpy references (``NNCF_DISABLE_OPTIMIZED_COMPRESSION`` set), which the kernels reproduce to f32 rounding.
+HQQ_CORE = HQQ_DEFAULT.replace(output_guard=False)
+
 #: The solver exactly as published in the reference ``hqq`` library (legacy proximal solver, float zero point):
 #: min/max initialisation, 20 proximal zero-point iterations with the lp shrinkage (p = 0.7, beta = 10,
 #: kappa = 1.01), early stop on the tensor's mean absolute error, and the zero point of the step after the last

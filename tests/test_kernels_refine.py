@@ -213,8 +213,11 @@ def test_compress_weights_with_and_without_compiled_refinement(monkeypatch: pyte
     ids = ov_models.input_ids()
     original = ov_models.run(ov_models.transformer_like(), ids)
     outputs = []
-    for disabled in ("0", "1"):
-        monkeypatch.setenv(runtime.DISABLE_ENV, disabled)
+    for disabled in (False, True):
+        if disabled:
+            monkeypatch.setenv(runtime.DISABLE_ENV, "1")
+        else:
+            monkeypatch.delenv(runtime.DISABLE_ENV, raising=False)
         model = nncf.compress_weights(
             ov_models.transformer_like(), mode=nncf.CompressWeightsMode.INT4_ASYM, group_size=32, hqq=True
         )

@@ -6,7 +6,7 @@ round and start (21 times with the default four starts and four rounds). In nump
 weight-sized passes; one OpenVINO model unrolls all starts and rounds for a block of output rows, so the block's
 weights stay in the CPU caches and the elementwise work is fused. Blocks of output rows run on all cores
 (``runtime.BlockRunner``); the calibration inputs are shared by every block. Same switch as the other fast paths:
-``NNCF_HQQ_DISABLE_FAST_PATH``.
+``NNCF_DISABLE_OPTIMIZED_COMPRESSION``.
 """
 
 from __future__ import annotations

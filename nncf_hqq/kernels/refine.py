@@ -4,7 +4,7 @@
 the least-squares refinement (``nncf_hqq.maths.core.refine_least_squares``), the values as stored (f16 scale, f16
 or integer zero point) and the per-group RTN guard. ``finish_reference`` is the numpy reference of all three;
 ``finish_compiled`` runs the weight-sized work as OpenVINO models (same switch as the proximal fast path:
-``NNCF_HQQ_DISABLE_FAST_PATH``).
+``NNCF_DISABLE_OPTIMIZED_COMPRESSION``).
 
 Every step only ever needs one group's elements, so groups are laid out as rows ``[N, R]``:
 - one model unrolls all refinement rounds for a block of rows (the block stays in the CPU caches for the whole

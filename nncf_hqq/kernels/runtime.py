@@ -3,7 +3,7 @@ reference beside it, and the runner that streams a weight's groups through a com
 
 Groups are laid out as rows ``[N, R]`` (``as_rows``/``from_rows``); a compiled model processes a fixed block of
 ``rows_per_block`` rows per inference, and blocks run on all cores through an ``AsyncInferQueue``
-(``BlockRunner``). Set ``NNCF_HQQ_DISABLE_FAST_PATH=1`` to always take the references.
+(``BlockRunner``). Set NNCF's ``NNCF_DISABLE_OPTIMIZED_COMPRESSION`` (to any value, as NNCF reads it) to always take the references.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from nncf.tensor import TensorBackend
 from nncf.tensor import TensorDataType
 from openvino import opset13 as opset
 
-#: Set to a non-empty value other than "0" to always use the reference solver.
-DISABLE_ENV = "NNCF_HQQ_DISABLE_FAST_PATH"
+#: NNCF's switch of its own compiled compression functions: set (to any value) it sends HQQ to the references too.
+DISABLE_ENV = "NNCF_DISABLE_OPTIMIZED_COMPRESSION"
 
 
 #: Bit widths handled (codes up to 255 are exact in f32).
@@ -70,7 +70,7 @@ def guarded(reason: str | None, compiled: Callable[[], _T], reference: Callable[
 
 def tensor_fallback_reason(weight: Tensor, num_bits: int) -> str | None:
     """Why no compiled path can handle this weight (or the environment switch is set), or None."""
-    if os.environ.get(DISABLE_ENV, "") not in ("", "0"):
+    if os.environ.get(DISABLE_ENV) is not None:
         return f"{DISABLE_ENV} is set"
     if weight.backend not in (TensorBackend.numpy, TensorBackend.ov):
         return f"{weight.backend.value} tensors are not handled"

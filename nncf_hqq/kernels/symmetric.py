@@ -5,7 +5,7 @@ NNCF's symmetric RTN scale, HQQ's proximal loop over the scale (``solver.optimiz
 least-squares refinement (``solver.refine_symmetric_scale``), the scale as stored and the per-group RTN guard.
 ``compress_reference`` does all of it with ``nncf.tensor`` functions; ``compress_compiled`` runs the weight-sized
 work as OpenVINO models over groups laid out as rows ``[N, R]`` (as ``nncf_hqq.fast_path`` and
-``nncf_hqq.kernels.refine`` do; same switch ``NNCF_HQQ_DISABLE_FAST_PATH``).
+``nncf_hqq.kernels.refine`` do; same switch ``NNCF_DISABLE_OPTIMIZED_COMPRESSION``).
 
 The proximal loop. Each iteration takes the nearest codes ``q`` of the current scale, shrinks the error
 ``W - q * scale`` with the lp operator and takes ``<q, W - shrunk> / <q, q>``. Where no element of a group can
