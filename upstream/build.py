@@ -1,15 +1,14 @@
-"""Builds NNCF with HQQ inside it: ``python upstream/build.py DEST``.
+"""Builds HQQ's pull-request series on NNCF 3.4.0: ``python upstream/build.py DEST``.
 
-Takes the installed nncf 3.4.0 package (the wheel holds all of its source) and writes
-- ``DEST/nncf/``: a copy of it with the ``nncf_hqq`` library placed in its tree (``placement.py``: which module goes
-  where, imports rewritten to NNCF's modules) and NNCF's call sites changed (``nncf_edits.py``: anchored edits; the
-  OpenVINO writer's with functions copied from ``nncf_hqq/openvino/writer.py``);
-- ``DEST/hqq.patch``: the change as a unified diff against the unpatched package (paths ``a/nncf/...``,
-  ``b/nncf/...``);
-- ``DEST/tests/openvino/native/quantization/test_hqq_compression.py``: HQQ's tests in NNCF's style, to run inside
-  NNCF's test tree (``upstream/run_nncf_tests.py``).
-
-Everything placed is generated from this repository's sources at build time; the project holds no NNCF file.
+Takes the installed nncf package (the wheel holds all of its source), lays it out as NNCF's repository does
+(``DEST/src/nncf``) and applies the patches of ``series.SERIES`` in order. It writes
+- ``DEST/patches/NNNN-<name>.patch``: each pull request as a unified diff against the tree the previous ones left
+  (paths ``a/src/nncf/...``, ``a/tests/...``; ``patch -p1`` or ``git apply`` in a tree whose ``src/nncf`` is nncf
+  3.4.0), and ``DEST/patches/NNNN-<name>.md``, its description;
+- ``DEST/src/nncf`` and ``DEST/tests``: the whole series applied;
+- ``DEST/patches/series.json``: per patch the files it adds and changes and its added and removed lines;
+- ``DEST/ruff.toml``: NNCF's ruff rules (``upstream/nncf_ruff.toml``), so that ``ruff check``/``ruff format --check``
+  in DEST check the series as NNCF's pre-commit would.
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib.util
+import json
 import py_compile
 import re
 import shutil
@@ -24,21 +24,32 @@ import sys
 import tempfile
 from pathlib import Path
 
-import nncf_edits
-import placement
+import edit
+import series
 
 REPO = Path(__file__).resolve().parent.parent
-LIBRARY = REPO / "nncf_hqq"
-TEMPLATE = Path(__file__).resolve().parent / "templates" / "test_hqq_compression.py.in"
-TEST_TARGET = Path("tests/openvino/native/quantization/test_hqq_compression.py")
+RUFF_CONFIG = Path(__file__).resolve().parent / "nncf_ruff.toml"
 MARKER = ".nncf_hqq_build"
 EXPECTED_NNCF = "3.4.0"
-#: Lines of placed modules that still name ``nncf_hqq`` (docstrings about the out-of-tree package), for review.
-MENTIONS: list[str] = []
+#: The header of every file NNCF's repository holds (its ruff rule CPY001).
+LICENCE_HEADER = """# Copyright (c) 2026 Intel Corporation
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#      http://www.apache.org/licenses/LICENSE-2.0
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+
+"""
+#: Text no patch may contain: names of this package, its memory tooling, runtime replacements of NNCF.
+FORBIDDEN = re.compile(r"nncf_hqq|nncf-hqq|madvise|malloc_trim|/proc/|setattr\(|NNCF_HQQ_|Generated from")
 
 
 class BuildError(Exception):
-    """The build cannot go on: the source package, the destination or the library is not as expected."""
+    """The build cannot go on: the source package, the destination or a patch is not as expected."""
 
 
 def installed_nncf() -> Path:
@@ -69,136 +80,135 @@ def prepare_destination(dest: Path) -> None:
             msg = f"{dest} is not empty and was not written by upstream/build.py; choose an empty directory"
             raise BuildError(msg)
         shutil.rmtree(dest)
-    dest.mkdir(parents=True, exist_ok=True)
+    dest.mkdir(parents=True)
     (dest / MARKER).write_text("written by upstream/build.py; the next build empties this directory\n")
 
 
-def copy_package(source: Path, target: Path) -> None:
-    shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+def tree_files(root: Path) -> dict[str, str]:
+    """Every Python file of a tree (``src/``, ``tests/``) by its path relative to the tree."""
+    return {
+        path.relative_to(root).as_posix(): path.read_text()
+        for top in ("src", "tests")
+        if (root / top).exists()
+        for path in sorted((root / top).rglob("*.py"))
+        if "__pycache__" not in path.parts
+    }
 
 
-def place_library(root: Path) -> list[Path]:
-    """Writes every placed module of the library into the tree at ``root`` (which holds ``nncf/``); returns the
-    files written, relative to ``root``."""
-    modules = placement.library_modules(LIBRARY)
-    origins = placement.nncf_origins(modules["_nncf"])
-    written: list[Path] = []
-    for ours, theirs in placement.PLACEMENT.items():
-        path = modules[ours]
-        label = f"nncf_hqq/{path.relative_to(LIBRARY).as_posix()}"
-        source = placement.rewrite_imports(path.read_text(), label, origins)
-        target = placement.target_path(theirs, path.name == "__init__.py")
-        source = placement.rewrite_references(source)
-        MENTIONS.extend(f"{target}: {line}" for line in placement.remaining_mentions(source))
-        written.append(write_module(root, target, source, label))
-    for package, doc in placement.GENERATED_PACKAGES.items():
-        written.append(write_module(root, placement.target_path(package, True), f'"""{doc}"""\n', None))
-    return written
-
-
-def edit_nncf(root: Path) -> list[str]:
-    """Applies the edits of NNCF's files to the tree at ``root``, the OpenVINO writer's with the functions copied
-    from ``nncf_hqq/openvino/writer.py``; returns the files changed. A copied function that uses a name the edited
-    file does not bind stops the build."""
-    label = nncf_edits.WRITER_SOURCE
-    source = (REPO / label).read_text()
-    functions, uses = placement.copied_functions(source, nncf_edits.WRITER_FUNCTIONS, label)
-    MENTIONS.extend(f"{nncf_edits.OV_BACKEND}: {line}" for line in placement.remaining_mentions(functions))
-    changed = nncf_edits.apply_edits(root, nncf_edits.ALL_EDITS + nncf_edits.writer_edits(functions))
-    bound = placement.module_bindings((root / nncf_edits.OV_BACKEND).read_text())
-    unbound = {f"{name}: {sorted(used - bound)}" for name, used in uses.items() if used - bound}
-    if unbound:
-        msg = f"{label}: functions copied into {nncf_edits.OV_BACKEND} use names it does not bind: {sorted(unbound)}"
-        raise BuildError(msg)
-    return changed
-
-
-def write_module(root: Path, target: Path, text: str, origin: str | None) -> Path:
-    """Writes one module of the tree (never over an NNCF file), headed by the file it comes from."""
-    path = root / target
+def write_new(root: Path, relative: str, text: str) -> None:
+    path = root / relative
     if path.exists():
-        msg = f"{target} exists in NNCF's tree: the placement would overwrite an NNCF module"
+        msg = f"{relative} exists in the tree: a patch adds files, it changes existing ones by edits only"
         raise BuildError(msg)
     path.parent.mkdir(parents=True, exist_ok=True)
-    header = f"# Generated from {origin} by upstream/build.py.\n" if origin else ""
-    path.write_text(header + text)
-    return target
+    path.write_text(LICENCE_HEADER + text)
 
 
-def write_tests(dest: Path) -> Path:
-    target = dest / TEST_TARGET
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(TEMPLATE.read_text())
-    return target
+def apply_patch(root: Path, patch: series.Patch) -> None:
+    """Adds the patch's placed modules and files to the tree at ``root``, then applies its edits."""
+    for ours, theirs in patch.placed.items():
+        write_new(root, theirs, (REPO / ours).read_text())
+    for path in sorted(patch.files.rglob("*.py")):
+        write_new(root, path.relative_to(patch.files).as_posix(), path.read_text())
+    edit.apply_edits(root, list(patch.edits))
 
 
-def compile_all(paths: list[Path]) -> None:
-    """Every written or edited file compiles (a broken edit fails here, not in a user's import)."""
-    for path in paths:
+def compile_all(root: Path, files: list[str]) -> None:
+    """Every added or changed file compiles (a broken edit fails here, not in a user's import)."""
+    for relative in files:
         try:
-            py_compile.compile(str(path), doraise=True, cfile=str(Path(tempfile.gettempdir()) / "nncf_hqq_check.pyc"))
+            py_compile.compile(str(root / relative), doraise=True, cfile=str(Path(tempfile.mkdtemp()) / "c.pyc"))
         except py_compile.PyCompileError as error:
-            msg = f"{path} does not compile after the build: {error.msg}"
+            msg = f"{relative} does not compile after the build: {error.msg}"
             raise BuildError(msg) from error
 
 
-def unified_diff(pristine: Path, patched: Path) -> str:
-    """``diff -ruN``-style unified diff of two trees, each holding ``nncf/``: changed and added files only."""
-    old_files = {p.relative_to(pristine) for p in (pristine / "nncf").rglob("*.py")}
-    new_files = {p.relative_to(patched) for p in (patched / "nncf").rglob("*.py")}
-    if old_files - new_files:
-        msg = f"the build removed NNCF files: {sorted(map(str, old_files - new_files))}"
+def unified_diff(before: dict[str, str], after: dict[str, str]) -> str:
+    """A git-style unified diff of two trees' files (changed and added files; no file is removed)."""
+    removed = sorted(set(before) - set(after))
+    if removed:
+        msg = f"a patch removed files: {removed}"
         raise BuildError(msg)
     chunks: list[str] = []
-    for relative in sorted(new_files):
-        old = (pristine / relative).read_text().splitlines(keepends=True) if relative in old_files else []
-        new = (patched / relative).read_text().splitlines(keepends=True)
+    for name in sorted(after):
+        old, new = before.get(name), after[name]
         if old == new:
             continue
-        name = relative.as_posix()
-        chunks.append(f"diff -ruN a/{name} b/{name}\n")
-        from_file = f"a/{name}" if relative in old_files else "/dev/null"
-        chunks.extend(difflib.unified_diff(old, new, from_file, f"b/{name}"))
+        chunks.append(f"diff --git a/{name} b/{name}\n")
+        if old is None:
+            chunks.append("new file mode 100644\n")
+        lines = difflib.unified_diff(
+            (old or "").splitlines(keepends=True),
+            new.splitlines(keepends=True),
+            f"a/{name}" if old is not None else "/dev/null",
+            f"b/{name}",
+        )
+        chunks.extend(lines)
     return "".join(chunks)
 
 
-def build(dest: Path) -> dict[str, object]:
-    """The whole build; returns a summary (version, files added and changed)."""
+def diff_stats(before: dict[str, str], after: dict[str, str], diff: str) -> dict[str, object]:
+    lines = diff.splitlines()
+    return {
+        "added_files": sorted(set(after) - set(before)),
+        "changed_files": sorted(name for name in before if name in after and before[name] != after[name]),
+        "added_lines": sum(1 for line in lines if line.startswith("+") and not line.startswith("+++ ")),
+        "removed_lines": sum(1 for line in lines if line.startswith("-") and not line.startswith("--- ")),
+    }
+
+
+def build(dest: Path, upto: str | None = None) -> dict[str, object]:
+    """The whole build (the patches up to ``upto`` only, when given); returns the summary written to
+    ``DEST/patches/series.json``."""
+    numbers = [patch.number for patch in series.SERIES]
+    if upto is not None and upto not in numbers:
+        msg = f"--upto {upto}: the series has the patches {', '.join(numbers)}"
+        raise BuildError(msg)
     source = installed_nncf()
     version = nncf_version(source)
     prepare_destination(dest)
-    with tempfile.TemporaryDirectory(prefix="nncf_pristine_") as tmp:
-        pristine = Path(tmp)
-        copy_package(source, pristine / "nncf")
-        copy_package(source, dest / "nncf")
-        added = place_library(dest)
-        changed = edit_nncf(dest)
-        test_file = write_tests(dest)
-        compile_all([dest / p for p in added] + [dest / p for p in changed] + [test_file])
-        patch = unified_diff(pristine, dest)
-    header = f"HQQ in NNCF {version}: generated by upstream/build.py from nncf-hqq's sources.\n\n"
-    (dest / "hqq.patch").write_text(header + patch)
-    return {"version": version, "added": [str(p) for p in added], "changed": changed}
+    shutil.copytree(source, dest / "src" / "nncf", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    (dest / "tests").mkdir()
+    patches_dir = dest / "patches"
+    patches_dir.mkdir()
+    summary: dict[str, object] = {"nncf": version, "patches": []}
+    for patch in series.SERIES[: numbers.index(upto) + 1 if upto else None]:
+        before = tree_files(dest)
+        apply_patch(dest, patch)
+        after = tree_files(dest)
+        diff = unified_diff(before, after)
+        added = "\n".join(line for line in diff.splitlines() if line.startswith("+"))
+        found = sorted({match.group(0) for match in FORBIDDEN.finditer(added)})
+        if found:
+            msg = f"{patch.stem} contains {found}: nothing of nncf-hqq may be in a patch"
+            raise BuildError(msg)
+        stats = diff_stats(before, after, diff)
+        compile_all(dest, [*stats["added_files"], *stats["changed_files"]])  # type: ignore[misc]
+        (patches_dir / f"{patch.stem}.patch").write_text(diff)
+        shutil.copyfile(patch.description, patches_dir / f"{patch.stem}.md")
+        summary["patches"].append({"patch": patch.stem, "title": patch.title, **stats})  # type: ignore[attr-defined]
+    shutil.copyfile(RUFF_CONFIG, dest / "ruff.toml")
+    (patches_dir / "series.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("dest", type=Path, help="the directory to write nncf/, hqq.patch and tests/ into")
+    parser.add_argument("dest", type=Path, help="the directory to write src/, tests/ and patches/ into")
+    parser.add_argument("--upto", default=None, help="the last patch to apply (e.g. 0001); default: all")
     args = parser.parse_args(argv)
     try:
-        summary = build(args.dest.resolve())
-    except (BuildError, placement.PlacementError, nncf_edits.EditError) as error:
+        summary = build(args.dest.resolve(), args.upto)
+    except (BuildError, edit.EditError) as error:
         sys.stderr.write(f"build.py: error: {error}\n")
         return 1
-    if summary["version"] != EXPECTED_NNCF:
-        sys.stderr.write(f"build.py: warning: built on nncf {summary['version']}, written for {EXPECTED_NNCF}\n")
-    for line in MENTIONS:
-        sys.stderr.write(f"build.py: note: still names nncf_hqq: {line}\n")
-    added, changed = summary["added"], summary["changed"]
-    sys.stdout.write(
-        f"nncf {summary['version']} + HQQ in {args.dest}/nncf: {len(added)} files added, "  # type: ignore[arg-type]
-        f"{len(changed)} changed; {args.dest}/hqq.patch; {args.dest}/{TEST_TARGET}\n"  # type: ignore[arg-type]
-    )
+    if summary["nncf"] != EXPECTED_NNCF:
+        sys.stderr.write(f"build.py: warning: built on nncf {summary['nncf']}, written for {EXPECTED_NNCF}\n")
+    for entry in summary["patches"]:  # type: ignore[attr-defined]
+        sys.stdout.write(
+            f"{args.dest}/patches/{entry['patch']}.patch: {len(entry['added_files'])} files added, "
+            f"{len(entry['changed_files'])} changed, +{entry['added_lines']} -{entry['removed_lines']}\n"
+        )
     return 0
 
 

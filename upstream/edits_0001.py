@@ -138,33 +138,32 @@ class OVHQQAlgoBackend(HQQAlgoBackend, OVWeightCompressionAlgoBackend):
     def get_normalization_affine(
         self, model: ov.Model, graph: NNCFGraph, node_with_weight: NNCFNode, channels: int
     ) -> tuple[Tensor, Tensor | None] | None:
-        activation_port_id = self.get_activation_port_id(node_with_weight, graph)
-        activation = graph.get_input_edge_by_port_id(node_with_weight, activation_port_id).from_node
-        producer = self._skip_converts(graph, activation)
+        # The model as it is now (after AWQ, whose scales then count as the normalization's gain)
+        matmul = self.name_to_node_mapping[node_with_weight.node_name]
+        producer = self._skip_converts(matmul.input_value(self.get_activation_port_id(node_with_weight, graph)))
         beta = None
-        if producer.metatype == om.OVAddMetatype:
-            shift = self._channel_constant(graph, producer, channels)
+        if producer.get_type_name() == "Add":
+            shift = self._channel_constant(producer, channels)
             if shift is None:
                 return None
             beta, producer = shift
-        if producer.metatype != om.OVMultiplyMetatype:
+        if producer.get_type_name() != "Multiply":
             return None
-        gain = self._channel_constant(graph, producer, channels)
+        gain = self._channel_constant(producer, channels)
         return None if gain is None else (gain[0], beta)
 
     @staticmethod
-    def _skip_converts(graph: NNCFGraph, node: NNCFNode) -> NNCFNode:
-        return node if node.metatype != om.OVConvertMetatype else graph.get_input_edges(node)[0].from_node
+    def _skip_converts(value: ov.Output) -> ov.Node:
+        while value.get_node().get_type_name() == "Convert":
+            value = value.get_node().input_value(0)
+        return value.get_node()
 
-    def _channel_constant(self, graph: NNCFGraph, node: NNCFNode, channels: int) -> tuple[Tensor, NNCFNode] | None:
+    def _channel_constant(self, node: ov.Node, channels: int) -> tuple[Tensor, ov.Node] | None:
         """A binary operation's constant input of the given size, and the producer of its other input."""
-        edges = sorted(graph.get_input_edges(node), key=lambda edge: edge.input_port_id)
-        sources = [self._skip_converts(graph, edge.from_node) for edge in edges]
-        if len(sources) != 2:
-            return None
+        sources = [self._skip_converts(value) for value in node.input_values()]
         for index, source in enumerate(sources):
-            if source.metatype == om.OVConstantMetatype:
-                value = get_const_value_as_numpy_tensor(self.name_to_node_mapping[source.node_name]).reshape(-1)
+            if source.get_type_name() == "Constant" and len(sources) == 2:
+                value = get_const_value_as_numpy_tensor(source).reshape(-1)
                 if value.size == channels:
                     return Tensor(value), sources[1 - index]
         return None
@@ -416,8 +415,7 @@ EDITS: list[Edit] = [
         "                )\n"
         "                zero_point_const = opset.convert(zero_point_const, ov.Type.f16)\n",
         "            if compressed_weight.zero_point is not None:\n"
-        "                if compressed_weight.zero_point.dtype.is_float():\n"
-        "                    # A float zero point (HQQ) is stored as f16.\n"
+        "                if compressed_weight.zero_point.dtype == TensorDataType.float16:  # HQQ's float zero point\n"
         "                    zero_point_const = create_ov_const_from_tensor(\n"
         '                        compressed_weight.zero_point, ov.Type.f16, name=f"{const_node_name}/zero_point"\n'
         "                    )\n"
@@ -471,16 +469,16 @@ EDITS: list[Edit] = [
         PT_LAYERS,
         "        zero_point = unpack_uint4(self._zero_point)\n        zero_point = zero_point.reshape(self.zero_point_shape)\n",
         "        zero_point = self._zero_point\n"
-        "        if not torch.is_floating_point(zero_point):\n"
+        "        if zero_point.dtype != torch.float16:\n"
         "            zero_point = unpack_uint4(zero_point).reshape(self.zero_point_shape)\n",
     ),
     insert_before(
         PT_LAYERS,
         "    @abstractmethod\n    def pack_weight(self, weight: torch.Tensor) -> torch.Tensor:\n",
         "    def _zero_point_buffer(self, zero_point: torch.Tensor) -> torch.Tensor:\n"
-        '        """The stored zero point: packed like the weight, or float16 for a float zero point (HQQ)."""\n'
-        "        if torch.is_floating_point(zero_point):\n"
-        "            return zero_point.type(dtype=torch.float16)\n"
+        '        """The stored zero point: packed like the weight, or as it is when float16 (HQQ)."""\n'
+        "        if zero_point.dtype == torch.float16:\n"
+        "            return zero_point\n"
         "        return self.pack_weight(zero_point)\n\n",
     ),
     # compress_weights_impl of every backend

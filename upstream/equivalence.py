@@ -1,11 +1,11 @@
 """The same compressions through the patched NNCF and through ``nncf_hqq``, to compare what they write.
 
-``python upstream/equivalence.py OUT.npz`` (with the build's ``DEST`` first on ``PYTHONPATH`` and this repository
-after it, for ``tests/ov_models.py``) compresses the ``CASES`` with the patched ``nncf.compress_weights`` while
-any import of ``nncf_hqq`` fails, and saves every model's constants (codes, scales, zero points, in graph order)
-and, for the cases without HQQ, the serialized model; of the PyTorch model, its state dict (weights, scales,
-zero points). ``tests/test_upstream.py`` compares them with what
-``nncf_hqq`` (and plain NNCF) write in its own process.
+``python upstream/equivalence.py OUT.npz --build core|series`` (with the build's ``DEST/src`` first on
+``PYTHONPATH`` and this repository after it, for ``tests/ov_models.py``) compresses the ``CASES`` of that build with
+the patched ``nncf.compress_weights`` while any import of ``nncf_hqq`` fails, and saves every model's constants
+(codes, scales, zero points, in graph order) and, for the cases without HQQ, the serialized model; of the PyTorch
+model, its state dict (weights, scales, zero points). ``tests/test_upstream.py`` compares them with what ``nncf_hqq``
+(with the case's preset, its numpy references: ``REFERENCE_ENVIRONMENT``) and plain NNCF write in its own process.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib.abc
 import importlib.util
+import os
 import re
 import sys
 import tempfile
@@ -31,8 +32,9 @@ _AUTO_NAME = re.compile(r'((?:name|friendly_name)="(?:[^"]*/)?[A-Za-z]+)_\d+"')
 
 @dataclass(frozen=True)
 class Case:
-    """One compression: NNCF's arguments, whether HQQ is on, HQQ's token rows and other parameters, the model's MoE
-    block."""
+    """One compression: NNCF's arguments, whether HQQ is on, its parameters on both sides (``hqq_params``: the fields
+    ``AdvancedHQQParameters`` and ``HQQParameters`` share), the ``nncf_hqq`` preset compared with, and the builds the
+    case runs on (``core``: patch 0001 alone; ``series``: every patch)."""
 
     name: str
     hqq: bool
@@ -42,6 +44,8 @@ class Case:
     moe: bool = True
     torch: bool = False
     hqq_params: dict[str, Any] = field(default_factory=dict)
+    preset: str = "HQQ_DEFAULT"
+    builds: tuple[str, ...] = ("core", "series")
 
     def hqq_parameters(self) -> dict[str, Any]:
         """HQQ's parameters other than the defaults (token rows included)."""
@@ -49,17 +53,24 @@ class Case:
         return {**self.hqq_params, **rows}
 
 
-#: HQQ's codes through NNCF's OpenVINO writer, which must write them as they are: integer zero points (the
-#: default float ones are HQQ's own subgraph) and symmetric codes (i4), both after ``unit_gain`` (the default), where
-#: encoding the weight again from the stored scale would change codes.
-WRITER_CASES = (
-    Case("hqq_int4_asym_integer_zero_point", True, hqq_params={"zero_point_format": "integer"}),
-    Case("hqq_int4_sym_g64", True, {"mode": "INT4_SYM"}),
-)
+BUILDS = ("core", "series")
+#: Both sides run NNCF's and nncf_hqq's numpy references: the patched trees have no compiled kernels of HQQ's, and
+#: NNCF's own compiled compression functions are then off on both sides too.
+REFERENCE_ENVIRONMENT = {"NNCF_DISABLE_OPTIMIZED_COMPRESSION": "1"}
 CASES = (
     Case("hqq_int4_asym_g64", True),
-    *WRITER_CASES,
-    Case("hqq_awq_se_token_rows", True, {"awq": True, "scale_estimation": True}, True, TOKEN_ROWS, moe=False),
+    Case("hqq_int4_asym_g64_dense", True, moe=False),
+    Case("hqq_int8_asym", True, {"mode": "INT8_ASYM", "group_size": None}),
+    Case("hqq_awq", True, {"awq": True}, moe=False),
+    Case(
+        "hqq_awq_se_core",
+        True,
+        {"awq": True, "scale_estimation": True},
+        True,
+        moe=False,
+        preset="HQQ_CORE",
+        builds=("core",),
+    ),
     Case("int4_asym_g64", False),
     Case("int4_asym_awq_se", False, {"awq": True, "scale_estimation": True}, True, moe=False),
     Case("torch_hqq_int4_asym_g32", True, {"group_size": 32, "all_layers": True}, torch=True),
@@ -74,6 +85,8 @@ def nncf_arguments(case: Case) -> dict[str, Any]:
 
     arguments: dict[str, Any] = {"mode": "INT4_ASYM", "group_size": 64, **case.kwargs}
     arguments["mode"] = nncf.CompressWeightsMode[arguments["mode"]]
+    if arguments["group_size"] is None:
+        del arguments["group_size"]
     if case.torch:
         import torch
 
@@ -134,8 +147,7 @@ def compress_reference(case: Case) -> Any:
     arguments = nncf_arguments(case)
     if not case.hqq:  # NNCF's own function (nncf_hqq replaces nncf.compress_weights, not this one)
         return nncf_compress_weights(model_of(case), **arguments)
-    if case.hqq_parameters():
-        arguments["hqq_params"] = nncf_hqq.HQQParameters(**case.hqq_parameters())
+    arguments["hqq_params"] = getattr(nncf_hqq, case.preset).replace(**case.hqq_parameters())
     return nncf_hqq.compress_weights(model_of(case), hqq=True, **arguments)
 
 
@@ -184,12 +196,16 @@ class _ForbidNNCFHQQ(importlib.abc.MetaPathFinder):
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Compress the CASES with the patched NNCF; save what it wrote.")
     parser.add_argument("out", type=Path, help="the .npz file to write")
+    parser.add_argument("--build", choices=BUILDS, default="series", help="which build's cases to run")
     args = parser.parse_args(argv)
     sys.meta_path.insert(0, _ForbidNNCFHQQ())
+    os.environ.update(REFERENCE_ENVIRONMENT)
     import nncf
 
     saved: dict[str, np.ndarray] = {"nncf_file": np.array(str(Path(nncf.__file__).resolve()))}
     for case in CASES:
+        if args.build not in case.builds:
+            continue
         if case.torch and importlib.util.find_spec("torch") is None:
             continue  # the test skips this case too
         saved.update(results(compress_patched(case), case))

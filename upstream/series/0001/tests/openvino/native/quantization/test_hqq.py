@@ -37,15 +37,16 @@ def compress(hqq: bool, **kwargs) -> ov.Model:
 
 @pytest.mark.parametrize("rtn_value_projections", [True, False])
 def test_float_zero_points_and_rtn_for_values(rtn_value_projections):
-    params = AdvancedCompressionParameters(hqq_params=AdvancedHQQParameters(rtn_value_projections=rtn_value_projections))
-    found = constants(compress(True, advanced_parameters=params))
+    hqq_params = AdvancedHQQParameters(rtn_value_projections=rtn_value_projections)
+    found = constants(compress(True, advanced_parameters=AdvancedCompressionParameters(hqq_params=hqq_params)))
     assert all(found[f"{name}/zero_point"].get_element_type() == ov.Type.f16 for name in ("q", "k", "o"))
     assert (found["v/zero_point"].get_element_type() == ov.Type.u4) == rtn_value_projections
 
 
 def test_hqq_outputs_are_closer_to_float_than_rtn():
     x = np.random.default_rng(1).normal(size=(1, 8, HIDDEN)).astype(np.float32)
-    outputs = [ov.compile_model(m, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})(x)[0] for m in (attention_model(), compress(False), compress(True))]
+    models = (attention_model(), compress(False), compress(True))
+    outputs = [ov.compile_model(m, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})(x)[0] for m in models]
     errors = [np.linalg.norm(output - outputs[0]) for output in outputs[1:]]
     assert errors[1] < errors[0]
 

@@ -133,11 +133,13 @@ class HQQ:
             _, activations = process_stats(statistics, self._subset_size, act_ch_axis=activation_axis)
             activations = _as_float32_numpy(activations)
             result = self.refine_on_activations(float_weight, axis, wp.compression_config, activations, result)
-        if weight.backend == TensorBackend.numpy:
-            return result
-        return CompressedWeight(
-            *(fns.as_tensor_like(weight, t.data) for t in (result.tensor, result.scale, result.zero_point))
-        )
+        zero_point = result.zero_point
+        if zero_point.dtype.is_float():  # the writers store a float16 zero point as it is
+            zero_point = zero_point.astype(TensorDataType.float16)
+        tensors = (result.tensor, result.scale, zero_point)
+        if weight.backend != TensorBackend.numpy:
+            tensors = tuple(fns.as_tensor_like(weight, t.data) for t in tensors)
+        return CompressedWeight(*tensors)
 
     def compress(
         self,

@@ -1,0 +1,56 @@
+"""The pull requests of the series, in order: what each one adds to NNCF's tree and what it changes.
+
+Each ``Patch`` is applied onto the tree the previous ones left:
+- ``placed``: modules of this package that are NNCF code as they are, copied into the tree under NNCF's licence
+  header (one source: the package imports the same module);
+- ``files``: the folder under ``upstream/series/`` holding the files the patch adds in NNCF's layout (``src/nncf/...``,
+  ``tests/...``), written under NNCF's licence header;
+- ``edits``: anchored edits of the files already in the tree (NNCF's own, or an earlier patch's).
+Its pull-request description is ``upstream/series/NNNN.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from dataclasses import field
+from pathlib import Path
+
+import edits_0001
+from edit import Edit
+
+SERIES_DIR = Path(__file__).resolve().parent / "series"
+WC = "src/nncf/quantization/algorithms/weight_compression"
+
+
+@dataclass(frozen=True)
+class Patch:
+    """One pull request of the series."""
+
+    number: str
+    name: str
+    title: str
+    placed: dict[str, str] = field(default_factory=dict)
+    edits: tuple[Edit, ...] = ()
+
+    @property
+    def stem(self) -> str:
+        return f"{self.number}-{self.name}"
+
+    @property
+    def files(self) -> Path:
+        return SERIES_DIR / self.number
+
+    @property
+    def description(self) -> Path:
+        return SERIES_DIR / f"{self.number}.md"
+
+
+SERIES: tuple[Patch, ...] = (
+    Patch(
+        "0001",
+        "hqq-weight-compression",
+        "[WC] HQQ: data-free Half-Quadratic Quantization with float zero points",
+        placed={"nncf_hqq/maths/core.py": f"{WC}/hqq_solver.py"},
+        edits=tuple(edits_0001.EDITS),
+    ),
+)
