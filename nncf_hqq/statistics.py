@@ -1,47 +1,44 @@
-"""Token-row calibration statistics: a few token positions of every calibration sample's input to a layer.
+"""
+Token-row calibration statistics: a few token positions of every calibration sample's input to a layer.
 
 NNCF's data-aware steps (AWQ, Scale Estimation) fit one vector per calibration sample, the mean of the layer's input
-over the sample's tokens. A layer's output error on those means is not its error on tokens: a mean over a sequence
-cancels what varies from token to token and keeps what all tokens share (on some models a few very large channels).
-With ``HQQParameters.calibration_token_rows = k`` HQQ's scale refinement and output guard fit ``k`` token rows of
-each sample instead (drawn at random, seed fixed per layer), collected in the same pass over the dataset as NNCF's
-statistics, under their own algorithm key (``TOKEN_ROWS_KEY``), so that NNCF's steps see exactly what they would.
+over the sample's tokens; a mean over a sequence cancels what varies from token to token. With
+calibration_token_rows = k, HQQ's scale refinement and output guard fit k token rows of each sample instead (drawn
+at random, a fixed seed per layer), collected in the same pass over the dataset as NNCF's statistics under their own
+algorithm key (TOKEN_ROWS_KEY), so that NNCF's steps see exactly what they would.
 """
-
-from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+from nncf.common.graph import NNCFGraph
+from nncf.common.graph import NNCFNode
+from nncf.common.graph.transformations.commands import TargetType
+from nncf.common.tensor_statistics.collectors import AggregatorBase
+from nncf.common.tensor_statistics.collectors import RawReducer
+from nncf.common.tensor_statistics.collectors import TensorCollector
+from nncf.common.tensor_statistics.statistic_point import StatisticPoint
+from nncf.common.tensor_statistics.statistic_point import StatisticPointsContainer
+from nncf.common.tensor_statistics.statistics import WCTensorStatistic
+from nncf.quantization.algorithms.weight_compression.backend import WeightCompressionAlgoBackend
 from nncf.tensor import Tensor
 from nncf.tensor import functions as fns
 
-from nncf_hqq._nncf import AggregatorBase
-from nncf_hqq._nncf import NNCFGraph
-from nncf_hqq._nncf import NNCFNode
-from nncf_hqq._nncf import RawReducer
-from nncf_hqq._nncf import StatisticPoint
-from nncf_hqq._nncf import StatisticPointsContainer
-from nncf_hqq._nncf import TargetType
-from nncf_hqq._nncf import TensorCollector
-from nncf_hqq._nncf import WCTensorStatistic
-from nncf_hqq._nncf import WeightCompressionAlgoBackend
-
-#: The algorithm key HQQ's token-row statistic points are registered under.
+# The algorithm key HQQ's token-row statistic points are registered under, and the branch holding the rows.
 TOKEN_ROWS_KEY = "HQQ_token_rows"
-#: The branch of a token-row collector that holds the rows.
 ROWS_BRANCH = "rows"
 
-#: ``(activation node, output port, input channel axis) -> MatMuls it feeds``, as NNCF's weight compression maps them.
+# (activation node, output port, input channel axis) -> the MatMuls it feeds, as NNCF's weight compression maps them.
 ActivationMap = Mapping[tuple[NNCFNode, int, int], list[NNCFNode]]
 
 
 def sample_token_rows(activation: Tensor, channel_axis: int, count: int, rng: np.random.Generator) -> list[Tensor]:
-    """``count`` rows (all when fewer) of ``activation`` with its ``channel_axis`` last and every other axis
-    flattened into one (batch and tokens), drawn without replacement by ``rng``; copies in the activation's
-    backend, each ``[channels]``, in token order."""
+    """
+    Count rows (all when fewer) of the activation with its channel axis last and every other axis flattened into one
+    (batch and tokens), drawn without replacement; copies in the activation's backend, each [channels], in order.
+    """
     rows = fns.moveaxis(activation, channel_axis % activation.ndim, -1)
     rows = rows.reshape((-1, rows.shape[-1]))
     total = rows.shape[0]
@@ -51,7 +48,9 @@ def sample_token_rows(activation: Tensor, channel_axis: int, count: int, rng: np
 
 
 class TokenRowsAggregator(AggregatorBase):
-    """Keeps ``rows_per_sample`` random token rows of every registered activation (see ``sample_token_rows``)."""
+    """
+    Keeps rows_per_sample random token rows of every registered activation (see `sample_token_rows`).
+    """
 
     def __init__(self, rows_per_sample: int, channel_axis: int, seed: int, num_samples: int | None) -> None:
         super().__init__(None, num_samples=num_samples)
@@ -83,8 +82,9 @@ class TokenRowsAggregator(AggregatorBase):
 def token_rows_collector(
     rows_per_sample: int, channel_axis: int, seed: int, num_samples: int | None
 ) -> TensorCollector:
-    """A collector of ``rows_per_sample`` token rows per sample of a layer's input (its whole output is read out
-    of the model: ``RawReducer``)."""
+    """
+    A collector of rows_per_sample token rows per sample of a layer's input (the whole input is read out: RawReducer).
+    """
     collector = TensorCollector()
     collector.register_statistic_branch(
         ROWS_BRANCH, RawReducer(), TokenRowsAggregator(rows_per_sample, channel_axis, seed, num_samples)
@@ -93,7 +93,9 @@ def token_rows_collector(
 
 
 def feeds_expert_weights(matmuls: list[NNCFNode], graph: NNCFGraph, backend: WeightCompressionAlgoBackend) -> bool:
-    """Whether any of ``matmuls`` has a 3-D (per-expert) weight: its inputs keep NNCF's per-expert means."""
+    """
+    Whether any of the MatMuls has a 3-D (per-expert) weight: their inputs keep NNCF's per-expert means.
+    """
     for node in matmuls:
         for _, port_id in backend.get_weight_names_and_port_ids(node, graph):
             if len(backend.get_weight_shape(node, port_id, graph)) == 3:
@@ -109,8 +111,10 @@ def add_token_row_points(
     rows_per_sample: int,
     num_samples: int | None,
 ) -> None:
-    """Registers a token-row collector (``TOKEN_ROWS_KEY``) on every activation in ``activations`` that feeds no
-    expert weights; the seed of each is its position in ``activations``, so a run is reproducible."""
+    """
+    Registers a token-row collector (TOKEN_ROWS_KEY) on every activation that feeds no expert weights; the seed of
+    each is its position among the activations, so that a run is reproducible.
+    """
     for seed, ((node, port_id, channel_axis), matmuls) in enumerate(activations.items()):
         if feeds_expert_weights(matmuls, graph, backend):
             continue
@@ -124,10 +128,11 @@ def add_token_row_points(
 def token_row_statistics(
     container: StatisticPointsContainer, backend: WeightCompressionAlgoBackend, activations: ActivationMap
 ) -> dict[str, WCTensorStatistic]:
-    """The collected token rows by MatMul name, as ``WCTensorStatistic`` with one row per entry (so that NNCF's
-    ``process_stats`` and AWQ's statistics update apply); each MatMul gets its own copy (AWQ scales them in place).
-    A MatMul whose input has no token-row collector (expert weights, statistics loaded from a cache made without
-    them) has no entry."""
+    """
+    The collected token rows by MatMul name as WCTensorStatistic, one row per entry (so that process_stats and AWQ's
+    statistics update apply), each MatMul its own copy (AWQ scales them in place). A MatMul whose input has no
+    token-row collector (expert weights, statistics loaded from a cache made without them) has no entry.
+    """
     statistics: dict[str, WCTensorStatistic] = {}
     for (node, port_id, _), matmuls in activations.items():
         collectors = list(

@@ -30,10 +30,16 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 #: public advanced-parameters module. Everything else of NNCF is internal and only ``nncf_hqq._nncf`` imports it.
 PUBLIC_NNCF = ("nncf", "nncf.tensor", "nncf.common.logging", "nncf.quantization.advanced_parameters")
 
-#: The modules that may import NNCF internals: the one module that gathers them for the package, and the core solver,
-#: which is NNCF code as the pull request adds it (upstream/build.py places it unchanged).
+#: The modules that may import NNCF internals: the one module that gathers them for the package, and the modules that
+#: are NNCF code as the pull requests add them (upstream/series.py places them unchanged but for their imports).
 #: The package itself imports ``nncf.quantization`` to install ``hqq=`` into ``compress_weights`` there too.
-NNCF_INTERNALS_ALLOWED = ("nncf_hqq._nncf", "nncf_hqq.maths.core", "nncf_hqq")
+NNCF_INTERNALS_ALLOWED = (
+    "nncf_hqq._nncf",
+    "nncf_hqq",
+    "nncf_hqq.maths.core",
+    "nncf_hqq.maths.guard",
+    "nncf_hqq.statistics",
+)
 
 #: Third-party imports the layers below the backends must not make (they are backend-specific or tooling).
 FORBIDDEN_BELOW_BACKENDS = ("torch", "transformers", "optimum")

@@ -316,7 +316,8 @@ EDITS: list[Edit] = [
     Edit(
         QUANTIZE_MODEL,
         "        backup_mode,\n        advanced_parameters,\n    )\n\n    return compression_weights_impl(\n",
-        "        backup_mode,\n        advanced_parameters,\n        hqq=hqq,\n    )\n\n    return compression_weights_impl(\n",
+        "        backup_mode,\n        advanced_parameters,\n        hqq=hqq,\n"
+        "    )\n\n    return compression_weights_impl(\n",
     ),
     # algorithm.py
     insert_after(
@@ -421,7 +422,8 @@ EDITS: list[Edit] = [
         "                    )\n"
         "                else:\n"
         "                    zero_point_const = create_ov_const_from_tensor(\n"
-        '                        compressed_weight.zero_point, compression_dtype, name=f"{const_node_name}/zero_point"\n'
+        "                        compressed_weight.zero_point,"
+        ' compression_dtype, name=f"{const_node_name}/zero_point"\n'
         "                    )\n"
         "                    zero_point_const = opset.convert(zero_point_const, ov.Type.f16)\n",
     ),
@@ -467,7 +469,8 @@ EDITS: list[Edit] = [
     ),
     Edit(
         PT_LAYERS,
-        "        zero_point = unpack_uint4(self._zero_point)\n        zero_point = zero_point.reshape(self.zero_point_shape)\n",
+        "        zero_point = unpack_uint4(self._zero_point)\n"
+        "        zero_point = zero_point.reshape(self.zero_point_shape)\n",
         "        zero_point = self._zero_point\n"
         "        if zero_point.dtype != torch.float16:\n"
         "            zero_point = unpack_uint4(zero_point).reshape(self.zero_point_shape)\n",

@@ -3,7 +3,8 @@ reference beside it, and the runner that streams a weight's groups through a com
 
 Groups are laid out as rows ``[N, R]`` (``as_rows``/``from_rows``); a compiled model processes a fixed block of
 ``rows_per_block`` rows per inference, and blocks run on all cores through an ``AsyncInferQueue``
-(``BlockRunner``). Set NNCF's ``NNCF_DISABLE_OPTIMIZED_COMPRESSION`` (to any value, as NNCF reads it) to always take the references.
+(``BlockRunner``). Set NNCF's ``NNCF_DISABLE_OPTIMIZED_COMPRESSION`` (to any value, as NNCF reads it) to always
+take the references.
 """
 
 from __future__ import annotations

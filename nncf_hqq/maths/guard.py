@@ -1,32 +1,31 @@
-"""The output-error guard: per output channel, the candidate compression that reproduces a layer's outputs on
-calibration inputs best.
-
-A layer's output ``y = W x`` splits over its output channels: row ``o`` of the output depends on row ``o`` of
-the weight only. So among several compressions of the same weight with the same layout (same groups, same bits),
-taking every row from the candidate with the smallest error ``||(W - W_hat)[o] X||^2`` gives the least output
-error the candidates allow, row by row and hence for the whole layer. No candidate's output error on ``X`` is
-below the chosen one's.
 """
+The output-error guard: per output channel, the candidate compression of a weight that reproduces the layer's
+outputs on calibration inputs best.
 
-from __future__ import annotations
+A layer's output y = W x splits over its output channels: row o of the output depends on row o of the weight only.
+So among compressions of the same weight with the same layout (groups, bits), taking every row from the candidate of
+least error ||(W - W_hat)[o] X||^2 gives the least output error the candidates allow, row by row and for the layer.
+"""
 
 from collections.abc import Sequence
 
+from nncf.quantization.algorithms.weight_compression.parameters import CompressedWeight
 from nncf.tensor import Tensor
 from nncf.tensor import TensorDataType
 from nncf.tensor import functions as fns
 
-from nncf_hqq._nncf import CompressedWeight
 from nncf_hqq.maths.core import decompress
 
 
 def row_output_errors(weight: Tensor, reconstruction: Tensor, activations: Tensor, axis: int) -> Tensor:
-    """Squared output error of every output row, ``sum_t ((W - W_hat)[..., o, :] X[..., :, t])^2``, ``[..., out]``.
+    """
+    The squared output error of every output row, sum_t ((W - W_hat)[..., o, :] X[..., :, t])^2, as [..., out].
 
-    :param weight: the float weight, reduction (input) axis ``axis``; ``[out, in]``, ``[in, out]`` or, for batched
-        experts, ``[experts, out, in]`` / ``[experts, in, out]``.
-    :param reconstruction: the compressed weight decompressed to the weight's shape.
-    :param activations: calibration inputs ``[..., in, samples]`` (``[in, samples]`` broadcasts over experts).
+    :param weight: The float weight with its reduction (input) axis; [out, in], [in, out] or, for experts,
+        [experts, out, in] / [experts, in, out].
+    :param reconstruction: The compressed weight decompressed to the weight's shape.
+    :param activations: Calibration inputs [..., in, samples].
+    :param axis: The reduction axis.
     """
     difference = fns.moveaxis(weight.astype(TensorDataType.float32) - reconstruction, axis % weight.ndim, -1)
     errors = fns.matmul(difference, activations.astype(TensorDataType.float32))
@@ -34,26 +33,21 @@ def row_output_errors(weight: Tensor, reconstruction: Tensor, activations: Tenso
 
 
 def row_mask(best: Tensor, index: int, weight_ndim: int, axis: int, grouped: bool) -> Tensor:
-    """Where row-wise choice ``best == index`` holds, shaped to broadcast against the grouped layout of a
-    compressed weight (codes ``[.., groups, group_size, ..]`` or ``[.., channels, ..]``, parameters with size 1
-    there)."""
+    """
+    Where the row-wise choice is the index, shaped to broadcast against the grouped layout of a compressed weight.
+    """
     mask = fns.expand_dims(best == index, axis % weight_ndim)
     return fns.expand_dims(mask, axis % weight_ndim + 1) if grouped else mask
 
 
 def choose_per_row(
-    weight: Tensor,
-    candidates: Sequence[CompressedWeight],
-    activations: Tensor,
-    axis: int,
-    grouped: bool,
+    weight: Tensor, candidates: Sequence[CompressedWeight], activations: Tensor, axis: int, grouped: bool
 ) -> tuple[CompressedWeight, list[int]]:
-    """The candidates mixed row by row, each output row from the candidate of least output error on
-    ``activations`` (the first on ties), and how many rows each candidate gave.
-
-    Candidates share the weight's grouped layout (``grouped``: groups along ``axis``, else per channel). A result
-    taken from one candidate only is that candidate, zero-point type included; a mix of float and integer zero
-    points has float32 ones.
+    """
+    The candidates mixed row by row, every output row from the candidate of least output error on the activations
+    (the first on ties), and how many rows each candidate gave. The candidates share the weight's grouped layout
+    (grouped: groups along the axis, else per channel). A result taken from one candidate is that candidate; a mix of
+    float and integer zero points has float32 ones.
     """
     errors = [
         row_output_errors(weight, decompress(c).reshape(tuple(weight.shape)), activations, axis) for c in candidates
