@@ -20,6 +20,7 @@ import json
 import py_compile
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -44,6 +45,8 @@ LICENCE_HEADER = """# Copyright (c) 2026 Intel Corporation
 # limitations under the License.
 
 """
+#: The ruff release NNCF's pre-commit runs: placed modules get its import sorting and formatting under NNCF's rules.
+RUFF_VERSION = "0.14.14"
 #: Text no patch may contain: names of this package, its memory tooling, runtime replacements of NNCF.
 FORBIDDEN = re.compile(r"nncf_hqq|nncf-hqq|madvise|malloc_trim|/proc/|setattr\(|NNCF_HQQ_|Generated from")
 
@@ -104,10 +107,50 @@ def write_new(root: Path, relative: str, text: str) -> None:
     path.write_text(LICENCE_HEADER + text)
 
 
+def module_name(path: str) -> str:
+    """``nncf_hqq/maths/core.py`` -> ``nncf_hqq.maths.core``; ``src/nncf/a/b.py`` -> ``nncf.a.b``."""
+    return path.removeprefix("src/").removesuffix(".py").replace("/", ".")
+
+
+def placed_text(ours: str) -> str:
+    """A placed module's source with its imports of other placed modules pointing to their places in NNCF's tree;
+    an import of a module of this package that no patch places stops the build."""
+    placed = {module_name(a): module_name(b) for patch in series.SERIES for a, b in patch.placed.items()}
+    text = (REPO / ours).read_text()
+
+    def rewrite(match: re.Match[str]) -> str:
+        if match.group(1) not in placed:
+            msg = f"{ours} imports {match.group(1)}, which no patch of the series places in NNCF's tree"
+            raise BuildError(msg)
+        return f"from {placed[match.group(1)]} import"
+
+    return re.sub(r"^from (nncf_hqq[\w.]*) import", rewrite, text, flags=re.MULTILINE)
+
+
+def ruff(root: Path, arguments: list[str]) -> None:
+    """Runs NNCF's ruff release in the tree at ``root`` (which holds NNCF's rules as ruff.toml)."""
+    command = [sys.executable, "-m", "ruff", *arguments]
+    done = subprocess.run(command, cwd=root, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        msg = f"ruff {' '.join(arguments)}: {(done.stdout + done.stderr).strip()}"
+        raise BuildError(msg)
+
+
+def check_ruff_version() -> None:
+    done = subprocess.run([sys.executable, "-m", "ruff", "--version"], capture_output=True, text=True, check=False)
+    if done.returncode != 0 or done.stdout.split()[-1:] != [RUFF_VERSION]:
+        msg = f"the build sorts and formats placed modules with ruff {RUFF_VERSION}: pip install ruff=={RUFF_VERSION}"
+        raise BuildError(msg)
+
+
 def apply_patch(root: Path, patch: series.Patch) -> None:
-    """Adds the patch's placed modules and files to the tree at ``root``, then applies its edits."""
+    """Adds the patch's placed modules (imports sorted and formatted as NNCF's ruff rules want) and files to the
+    tree at ``root``, then applies its edits."""
     for ours, theirs in patch.placed.items():
-        write_new(root, theirs, (REPO / ours).read_text())
+        write_new(root, theirs, placed_text(ours))
+    if patch.placed:
+        ruff(root, ["check", "--fix", "--select", "I", "--quiet", *patch.placed.values()])
+        ruff(root, ["format", "--quiet", *patch.placed.values()])
     for path in sorted(patch.files.rglob("*.py")):
         write_new(root, path.relative_to(patch.files).as_posix(), path.read_text())
     edit.apply_edits(root, list(patch.edits))
@@ -166,7 +209,9 @@ def build(dest: Path, upto: str | None = None) -> dict[str, object]:
         raise BuildError(msg)
     source = installed_nncf()
     version = nncf_version(source)
+    check_ruff_version()
     prepare_destination(dest)
+    shutil.copyfile(RUFF_CONFIG, dest / "ruff.toml")
     shutil.copytree(source, dest / "src" / "nncf", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     (dest / "tests").mkdir()
     patches_dir = dest / "patches"
@@ -187,7 +232,6 @@ def build(dest: Path, upto: str | None = None) -> dict[str, object]:
         (patches_dir / f"{patch.stem}.patch").write_text(diff)
         shutil.copyfile(patch.description, patches_dir / f"{patch.stem}.md")
         summary["patches"].append({"patch": patch.stem, "title": patch.title, **stats})  # type: ignore[attr-defined]
-    shutil.copyfile(RUFF_CONFIG, dest / "ruff.toml")
     (patches_dir / "series.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
 

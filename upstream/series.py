@@ -16,6 +16,7 @@ from dataclasses import field
 from pathlib import Path
 
 import edits_0001
+import edits_0002
 from edit import Edit
 
 SERIES_DIR = Path(__file__).resolve().parent / "series"
@@ -52,5 +53,12 @@ SERIES: tuple[Patch, ...] = (
         "[WC] HQQ: data-free Half-Quadratic Quantization with float zero points",
         placed={"nncf_hqq/maths/core.py": f"{WC}/hqq_solver.py"},
         edits=tuple(edits_0001.EDITS),
+    ),
+    Patch(
+        "0002",
+        "hqq-output-guard",
+        "[WC] HQQ with Scale Estimation: the output guard and token-row statistics",
+        placed={"nncf_hqq/maths/guard.py": f"{WC}/hqq_guard.py", "nncf_hqq/statistics.py": f"{WC}/hqq_statistics.py"},
+        edits=tuple(edits_0002.EDITS),
     ),
 )
