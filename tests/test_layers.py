@@ -38,6 +38,7 @@ NNCF_INTERNALS_ALLOWED = (
     "nncf_hqq",
     "nncf_hqq.maths.core",
     "nncf_hqq.maths.guard",
+    "nncf_hqq.maths.integer",
     "nncf_hqq.statistics",
 )
 

@@ -568,7 +568,7 @@ class RefinementGraph(RowMeans):
         return new_s, new_z
 
     def scale_for_zero(self, m: _Moments) -> tuple[ov.Node, ov.Node]:
-        """``solver.least_squares_scale_for_zero`` from the moments (``uncentred``): with ``codes - z = W * s + r``,
+        """``integer.least_squares_scale_for_zero`` from the moments (``uncentred``): with ``codes - z = W * s + r``,
         ``<W, codes - z> = s <W, W> + <W, r>`` and ``<codes - z, codes - z> = s^2 <W, W> + 2 s <W, r> + <r, r>``."""
         s_power = opset.multiply(m.s, self.weight_power)
         numerator = opset.add(s_power, m.mean_rw)

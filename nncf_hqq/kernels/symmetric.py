@@ -2,7 +2,7 @@
 
 ``compress`` returns NNCF's ``CompressedWeight`` (signed codes, signed f16 scale, no zero point):
 NNCF's symmetric RTN scale, HQQ's proximal loop over the scale (``solver.optimize_scale_proximal``), the
-least-squares refinement (``solver.refine_symmetric_scale``), the scale as stored and the per-group RTN guard.
+least-squares refinement (``integer.refine_symmetric_scale``), the scale as stored and the per-group RTN guard.
 ``compress_reference`` does all of it with ``nncf.tensor`` functions; ``compress_compiled`` runs the weight-sized
 work as OpenVINO models over groups laid out as rows ``[N, R]`` (as ``nncf_hqq.fast_path`` and
 ``nncf_hqq.kernels.refine`` do; same switch ``NNCF_DISABLE_OPTIMIZED_COMPRESSION``).
@@ -39,14 +39,14 @@ from nncf_hqq.maths.core import F16_TINY
 from nncf_hqq.maths.core import round_to_f16
 from nncf_hqq.maths.core import signed_magnitude
 from nncf_hqq.maths.core import stored_group_error
+from nncf_hqq.maths.integer import refine_symmetric_scale
+from nncf_hqq.maths.integer import signed_levels
+from nncf_hqq.maths.integer import symmetric_init
+from nncf_hqq.maths.integer import symmetric_init_for_range
+from nncf_hqq.maths.integer import symmetric_scale_floor
 from nncf_hqq.maths.solver import SHRINK_MARGIN
 from nncf_hqq.maths.solver import optimize_scale_proximal
-from nncf_hqq.maths.solver import refine_symmetric_scale
 from nncf_hqq.maths.solver import scale_proximal_step
-from nncf_hqq.maths.solver import signed_levels
-from nncf_hqq.maths.solver import symmetric_init
-from nncf_hqq.maths.solver import symmetric_init_for_range
-from nncf_hqq.maths.solver import symmetric_scale_floor
 from nncf_hqq.parameters import HQQParameters
 
 #: Compiled models kept (one per group size, bit width, rounds and weighting).
@@ -268,11 +268,11 @@ class _ScaleGraph(refine.RowMeans):
         self.zero = opset.constant(np.float32(0.0))
 
     def codes(self, scale: ov.Node) -> ov.Node:
-        """``solver.symmetric_codes``: ``clip(round(W / scale), -2^(b-1), 2^(b-1) - 1)``."""
+        """``integer.symmetric_codes``: ``clip(round(W / scale), -2^(b-1), 2^(b-1) - 1)``."""
         return opset.clamp(opset.round(runtime.true_divide(self.weight, scale), "half_to_even"), self.low, self.high)
 
     def least_squares_scale(self, codes: ov.Node, scale: ov.Node, floor: ov.Node) -> ov.Node:
-        """``solver.least_squares_symmetric_scale`` against the weight (invalid updates keep ``scale``), then
+        """``integer.least_squares_symmetric_scale`` against the weight (invalid updates keep ``scale``), then
         ``|scale|`` floored (a zero floor leaves it)."""
         numerator = self.mean(opset.multiply(codes, self.weight))
         denominator = self.mean(opset.multiply(codes, codes))
@@ -310,7 +310,7 @@ def build_scale_sweep_model(rows: int, group_size: int, unroll: int, num_bits: i
 
 
 def build_refinement_model(rows: int, group_size: int, rounds: int, num_bits: int, weighted: bool) -> ov.Model:
-    """All rounds of ``solver.refine_symmetric_scale`` for a ``[rows, group_size]`` block.
+    """All rounds of ``integer.refine_symmetric_scale`` for a ``[rows, group_size]`` block.
 
     Per-row input columns: the scale and the floor of its magnitude (0: none). Output ``[1, rows]``: the scale of
     the best round.

@@ -18,10 +18,8 @@ from nncf.tensor import functions as fns
 
 from nncf_hqq._nncf import CompressedWeight
 from nncf_hqq.maths import core
-from nncf_hqq.maths.core import F16_MAX
-from nncf_hqq.maths.core import F16_TINY
+from nncf_hqq.maths import integer
 from nncf_hqq.maths.core import levels_max
-from nncf_hqq.maths.core import round_to_f16
 
 
 def hqq_to_nncf(inverse_scale: Tensor, zero: Tensor) -> tuple[Tensor, Tensor]:
@@ -65,12 +63,10 @@ def to_compressed_weight(
 
 
 def to_symmetric_compressed_weight(grouped_weight: Tensor, scale: Tensor, num_bits: int) -> CompressedWeight:
-    """NNCF's ``CompressedWeight`` without zero point: signed codes (int8) and a signed scale rounded to f16."""
-    magnitude = round_to_f16(fns.abs(scale), F16_TINY, F16_MAX)
-    scale = fns.where(scale < 0.0, -magnitude, magnitude)
-    half = float(2 ** (num_bits - 1))
-    codes = fns.clip(fns.round(grouped_weight.astype(TensorDataType.float32) / scale), -half, half - 1.0)
-    return CompressedWeight(contiguous(codes.astype(TensorDataType.int8)), contiguous(scale), None)
+    """``nncf_hqq.maths.integer.to_symmetric_compressed_weight`` (signed int8 codes, the signed scale in f16) with
+    C-contiguous tensors (``contiguous``)."""
+    result = integer.to_symmetric_compressed_weight(grouped_weight, scale, num_bits)
+    return CompressedWeight(contiguous(result.tensor), contiguous(result.scale), None)
 
 
 def split_zero_point(zero_point: Tensor, scale: Tensor, num_bits: int) -> tuple[Tensor, Tensor]:

@@ -16,20 +16,22 @@ from nncf.tensor import Tensor
 from nncf.tensor import TensorDataType
 from nncf.tensor import functions as fns
 
-from nncf_hqq.maths.core import cap_inverse_scale_to_extremes
 from nncf_hqq.maths.core import dequantize
 from nncf_hqq.maths.core import group_inner_product
 from nncf_hqq.maths.core import keep_best
-from nncf_hqq.maths.core import levels_max
 from nncf_hqq.maths.core import mean_absolute_error
 from nncf_hqq.maths.core import min_max_init_for_range
 from nncf_hqq.maths.core import optimize_zero_point
 from nncf_hqq.maths.core import quantize
 from nncf_hqq.maths.core import refine_least_squares
-from nncf_hqq.maths.core import signed_magnitude
 from nncf_hqq.maths.core import unit_gain
 from nncf_hqq.maths.core import weighted_mean
 from nncf_hqq.maths.core import zero_point_update
+from nncf_hqq.maths.integer import floor_symmetric_scale_to_extremes
+from nncf_hqq.maths.integer import least_squares_symmetric_scale
+from nncf_hqq.maths.integer import optimize_scale
+from nncf_hqq.maths.integer import refine_with_integer_zero
+from nncf_hqq.maths.integer import symmetric_codes
 from nncf_hqq.parameters import EarlyStopScope
 from nncf_hqq.parameters import HQQParameters
 
@@ -88,17 +90,6 @@ def min_max_init(weight: Tensor, axis: int, num_bits: int) -> tuple[Tensor, Tens
     return min_max_init_for_range(w_min, fns.max(weight, axis=axis, keepdims=True), num_bits)
 
 
-def least_squares_scale_for_zero(
-    weight: Tensor, codes: Tensor, zero: Tensor, axis: int, importance: Tensor | None, previous: Tensor
-) -> Tensor:
-    """Best inverse scale for fixed codes and zero point: ``a = <W, Wq - z> / <Wq - z, Wq - z>``, ``s = 1/a``."""
-    shifted = codes - zero
-    numerator = weighted_mean(weight * shifted, importance, axis)
-    denominator = weighted_mean(shifted * shifted, importance, axis)
-    valid = (denominator > 0.0) & (numerator > 0.0)
-    return fns.where(valid, fns.where(valid, denominator, 1.0) / fns.where(valid, numerator, 1.0), previous)
-
-
 def refine_scale_and_zero(
     weight: Tensor,
     inverse_scale: Tensor,
@@ -111,30 +102,10 @@ def refine_scale_and_zero(
     preserve_extremes: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """``core.refine_least_squares``, or with ``integer_zero`` its variant for an integer zero point: the zero point
-    rounded to the nearest code first, then nearest codes and the least-squares scale for them alternate
-    (``least_squares_scale_for_zero``), every group keeping its best iterate."""
+    rounded to the nearest code first and only the scale refined under it (``integer.refine_with_integer_zero``)."""
     if not integer_zero:
         return refine_least_squares(weight, inverse_scale, zero, axis, num_bits, rounds, importance, preserve_extremes)
-    weight = weight.astype(TensorDataType.float32)
-    zero = fns.clip(fns.round(zero), 0.0, levels_max(num_bits))
-
-    def project(s: Tensor) -> Tensor:
-        return cap_inverse_scale_to_extremes(weight, s, zero, axis, num_bits) if preserve_extremes else s
-
-    def codes_and_error(s: Tensor) -> tuple[Tensor, Tensor]:
-        codes = quantize(weight, s, zero, num_bits)
-        diff = dequantize(codes, s, zero) - weight
-        return codes, weighted_mean(diff * diff, importance, axis)
-
-    inverse_scale = project(inverse_scale)
-    best = inverse_scale
-    codes, best_error = codes_and_error(inverse_scale)
-    for _ in range(rounds):
-        inverse_scale = project(least_squares_scale_for_zero(weight, codes, zero, axis, importance, inverse_scale))
-        codes, error = codes_and_error(inverse_scale)
-        better = error < best_error
-        best, best_error = fns.where(better, inverse_scale, best), fns.where(better, error, best_error)
-    return best, zero
+    return refine_with_integer_zero(weight, inverse_scale, zero, axis, num_bits, rounds, importance, preserve_extremes)
 
 
 def unit_gain_factor(weight: Tensor, reconstruction: Tensor, axis: int) -> Tensor:
@@ -219,65 +190,6 @@ def group_squared_error(
     return weighted_mean(diff * diff, importance, axis)
 
 
-def signed_levels(num_bits: int) -> tuple[float, float]:
-    """Code range ``[-2^(b-1), 2^(b-1) - 1]`` of symmetric quantization."""
-    half = float(2 ** (num_bits - 1))
-    return -half, half - 1.0
-
-
-def symmetric_init(weight: Tensor, axis: int, num_bits: int) -> Tensor:
-    """NNCF's signed scale (convention ``W ~ q * scale``): the larger-magnitude end of the group maps to code
-    ``-2^(b-1)``, so the scale is negative when the maximum outweighs the minimum's magnitude."""
-    return symmetric_init_for_range(
-        fns.min(weight, axis=axis, keepdims=True), fns.max(weight, axis=axis, keepdims=True), num_bits
-    )
-
-
-def symmetric_init_for_range(w_min: Tensor, w_max: Tensor, num_bits: int) -> Tensor:
-    """``symmetric_init`` from every group's minimum and maximum weight."""
-    low, _ = signed_levels(num_bits)
-    w_abs_min = fns.abs(w_min)
-    scale = fns.where(w_abs_min >= w_max, w_abs_min, -w_max) / -low
-    eps = float(fns.finfo(scale).eps)
-    return fns.where(fns.abs(scale) < eps, eps, scale)
-
-
-def symmetric_codes(weight: Tensor, scale: Tensor, num_bits: int) -> Tensor:
-    """``clip(round(W / scale), -2^(b-1), 2^(b-1) - 1)`` (float dtype)."""
-    low, high = signed_levels(num_bits)
-    return fns.clip(fns.round(weight / scale), low, high)
-
-
-def floor_symmetric_scale_to_extremes(weight: Tensor, scale: Tensor, axis: int, num_bits: int) -> Tensor:
-    """Raises ``|scale|`` where needed so that each group's min and max land within half a step of the code
-    range ``[-2^(b-1), 2^(b-1) - 1]``, i.e. are never clipped (the sign of the scale says which end of the group
-    takes the negative codes). The symmetric counterpart of ``cap_inverse_scale_to_extremes``."""
-    w_min = fns.min(weight, axis=axis, keepdims=True)
-    w_max = fns.max(weight, axis=axis, keepdims=True)
-    return signed_magnitude(scale, fns.maximum(fns.abs(scale), symmetric_scale_floor(w_min, w_max, scale, num_bits)))
-
-
-def symmetric_scale_floor(w_min: Tensor, w_max: Tensor, scale: Tensor, num_bits: int) -> Tensor:
-    """The smallest ``|scale|`` that clips neither end of a group with this minimum and maximum, for a scale of
-    this sign (which says the end that maps to negative codes)."""
-    low, high = signed_levels(num_bits)
-    w_min, w_max = fns.abs(w_min), fns.abs(w_max)
-    negative_end = fns.where(scale > 0.0, w_min, w_max)
-    positive_end = fns.where(scale > 0.0, w_max, w_min)
-    return fns.maximum(negative_end / (-low + 0.5), positive_end / (high + 0.5))
-
-
-def least_squares_symmetric_scale(
-    codes: Tensor, target: Tensor, scale: Tensor, axis: int, importance: Tensor | None = None
-) -> tuple[Tensor, Tensor]:
-    """Per group the scale ``<q, T> / <q, q>`` minimising ``||T - q * scale||^2`` for fixed codes, and the mask of
-    the groups where it is usable: ``<q, q> > 0`` and the sign of the current ``scale``."""
-    numerator = weighted_mean(codes * target, importance, axis)
-    denominator = weighted_mean(codes * codes, importance, axis)
-    valid = (denominator > 0.0) & (numerator * scale > 0.0)
-    return numerator / fns.where(valid, denominator, 1.0), valid
-
-
 def scale_proximal_step(
     weight: Tensor,
     scale: Tensor,
@@ -307,6 +219,8 @@ def optimize_scale_proximal(
     """HQQ's proximal loop for symmetric quantization, where the scale is the only parameter: shrink the error
     with the lp operator, then take the closed-form scale ``<q, W - We> / <q, q>`` for the current codes. Early
     stop and best iterate as in ``optimize_zero_point_proximal``; groups whose update is degenerate keep theirs."""
+    if is_core_loop(params):
+        return optimize_scale(weight, scale, axis, num_bits, params.iterations, importance, params.preserve_extremes)
     weight = weight.astype(TensorDataType.float32)
     if params.preserve_extremes:  # NNCF's symmetric init itself clips the other end when it lies beyond 7.5 steps
         scale = floor_symmetric_scale_to_extremes(weight, scale, axis, num_bits)
@@ -324,35 +238,3 @@ def optimize_scale_proximal(
             if not fns.any(active):
                 break
     return best_scale if params.return_best else scale
-
-
-def refine_symmetric_scale(
-    weight: Tensor,
-    scale: Tensor,
-    axis: int,
-    num_bits: int,
-    rounds: int,
-    importance: Tensor | None = None,
-    preserve_extremes: bool = False,
-) -> Tensor:
-    """Alternating nearest codes and the least-squares scale ``<q, W> / <q, q>``, best iterate per group. With
-    ``preserve_extremes`` no update may clip a group's min or max (``floor_symmetric_scale_to_extremes``)."""
-    weight = weight.astype(TensorDataType.float32)
-    if preserve_extremes:
-        scale = floor_symmetric_scale_to_extremes(weight, scale, axis, num_bits)
-
-    def group_error(s: Tensor) -> Tensor:
-        diff = symmetric_codes(weight, s, num_bits) * s - weight
-        return weighted_mean(diff * diff, importance, axis)
-
-    best, best_error = scale, group_error(scale)
-    for _ in range(rounds):
-        codes = symmetric_codes(weight, scale, num_bits)
-        update, valid = least_squares_symmetric_scale(codes, weight, scale, axis, importance)
-        scale = fns.where(valid, update, scale)
-        if preserve_extremes:
-            scale = floor_symmetric_scale_to_extremes(weight, scale, axis, num_bits)
-        error = group_error(scale)
-        better = error < best_error
-        best, best_error = fns.where(better, scale, best), fns.where(better, error, best_error)
-    return best
