@@ -63,7 +63,7 @@ HQQ_DOC = (
 CHECK_HQQ = """
     if hqq:
         if mode not in HQQ_MODES:
-            msg = f"HQQ supports the INT4_ASYM and INT8_ASYM modes, but mode={mode.value} is given."
+            msg = f"HQQ supports the {', '.join(m.value for m in HQQ_MODES)} modes, but mode={mode.value} is given."
             raise nncf.ParameterNotSupportedError(msg)
         if gptq:
             msg = "Simultaneous use of HQQ and GPTQ algorithms is not supported. Select one of them."

@@ -45,15 +45,19 @@ class Case:
     torch: bool = False
     hqq_params: dict[str, Any] = field(default_factory=dict)
     preset: str = "HQQ_DEFAULT"
+    patched_params: dict[str, Any] | None = None
     builds: tuple[str, ...] = ("core", "series")
 
-    def hqq_parameters(self) -> dict[str, Any]:
-        """HQQ's parameters other than the defaults (token rows included)."""
+    def hqq_parameters(self, patched: bool = False) -> dict[str, Any]:
+        """HQQ's parameters other than the defaults (token rows included), as ``HQQParameters`` fields or, when
+        ``patched``, as ``AdvancedHQQParameters`` fields (``patched_params`` where the names differ)."""
         rows = {"calibration_token_rows": self.token_rows} if self.token_rows else {}
-        return {**self.hqq_params, **rows}
+        params = self.patched_params if patched and self.patched_params is not None else self.hqq_params
+        return {**params, **rows}
 
 
 BUILDS = ("core", "series")
+SYMMETRIC_MODES = ("INT4_SYM", "INT8_SYM", "INT3_SYM", "INT2_SYM")
 #: Both sides run NNCF's and nncf_hqq's numpy references: the patched trees have no compiled kernels of HQQ's, and
 #: NNCF's own compiled compression functions are then off on both sides too.
 REFERENCE_ENVIRONMENT = {"NNCF_DISABLE_OPTIMIZED_COMPRESSION": "1"}
@@ -79,6 +83,29 @@ CASES = (
         True,
         TOKEN_ROWS,
         moe=False,
+        builds=("series",),
+    ),
+    Case(
+        "hqq_int4_asym_integer_zero_point",
+        True,
+        hqq_params={"zero_point_format": "integer"},
+        patched_params={"integer_zero_point": True},
+        builds=("series",),
+    ),
+    *(
+        Case(
+            f"hqq_{mode.lower()}",
+            True,
+            {"mode": mode, "group_size": -1 if mode == "INT8_SYM" else 64},
+            builds=("series",),
+        )
+        for mode in SYMMETRIC_MODES
+    ),
+    Case(
+        "torch_hqq_int4_sym_g32",
+        True,
+        {"mode": "INT4_SYM", "group_size": 32, "all_layers": True},
+        torch=True,
         builds=("series",),
     ),
     Case("int4_asym_g64", False),
@@ -140,8 +167,8 @@ def compress_patched(case: Case) -> Any:
     from nncf.quantization.advanced_parameters import AdvancedHQQParameters
 
     arguments = nncf_arguments(case)
-    if case.hqq_parameters():
-        hqq_params = AdvancedHQQParameters(**case.hqq_parameters())
+    if case.hqq_parameters(patched=True):
+        hqq_params = AdvancedHQQParameters(**case.hqq_parameters(patched=True))
         arguments["advanced_parameters"] = AdvancedCompressionParameters(hqq_params=hqq_params)
     if case.hqq:
         arguments["hqq"] = True

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import edits_0001
 import edits_0002
+import edits_0003
 from edit import Edit
 
 SERIES_DIR = Path(__file__).resolve().parent / "series"
@@ -60,5 +61,12 @@ SERIES: tuple[Patch, ...] = (
         "[WC] HQQ with Scale Estimation: the output guard and token-row statistics",
         placed={"nncf_hqq/maths/guard.py": f"{WC}/hqq_guard.py", "nncf_hqq/statistics.py": f"{WC}/hqq_statistics.py"},
         edits=tuple(edits_0002.EDITS),
+    ),
+    Patch(
+        "0003",
+        "hqq-integer-parameters",
+        "[WC] HQQ with integer parameters: integer zero points and the symmetric modes",
+        placed={"nncf_hqq/maths/integer.py": f"{WC}/hqq_integer.py"},
+        edits=tuple(edits_0003.EDITS),
     ),
 )

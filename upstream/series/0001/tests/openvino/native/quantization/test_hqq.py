@@ -64,14 +64,14 @@ def test_codes_are_written_as_computed():
 @pytest.mark.parametrize(
     ("kwargs", "error"),
     [
-        ({"mode": CompressWeightsMode.INT4_SYM}, nncf.ParameterNotSupportedError),
+        ({"mode": CompressWeightsMode.NF4}, nncf.ParameterNotSupportedError),
         ({"compression_format": CompressionFormat.FQ}, nncf.ParameterNotSupportedError),
         (
             {"advanced_parameters": AdvancedCompressionParameters(hqq_params=AdvancedHQQParameters(num_iterations=-1))},
             nncf.ValidationError,
         ),
     ],
-    ids=["int4_sym", "fq_format", "negative_iterations"],
+    ids=["nf4", "fq_format", "negative_iterations"],
 )
 def test_refused_requests_leave_the_model_unchanged(kwargs, error):
     model = attention_model()
