@@ -196,7 +196,7 @@ EDITS: list[Edit] = [
     ),
     insert_after(
         ALGORITHM,
-        "        for name in (\"num_iterations\", \"refinement_steps\"",
+        '        for name in ("num_iterations", "refinement_steps"',
         ', "calibration_token_rows"',
     ),
     insert_before(

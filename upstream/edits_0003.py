@@ -15,7 +15,7 @@ INTEGER_ZERO_POINT_DOC = """\
     :type integer_zero_point: bool
 """
 
-COMPRESS_0002 = '''\
+COMPRESS_0002 = """\
         grouped, axis = split_into_groups(weight, reduction_axis, config.group_size)
         num_bits = config.num_bits
         rtn = to_compressed_weight(grouped, *rtn_scale_zero_point(grouped, axis, num_bits), num_bits, True)
@@ -36,7 +36,7 @@ COMPRESS_0002 = '''\
         errors = (stored_group_error(grouped, compressed, axis, weights) for compressed in (result, rtn))
         result = choose_per_group(next(errors) <= next(errors), result, rtn)
         return with_unit_gain(grouped, result, axis) if self._unit_gain else result
-'''
+"""
 
 COMPRESS_0003 = '''\
         grouped, axis = split_into_groups(weight, reduction_axis, config.group_size)
@@ -89,15 +89,15 @@ COMPRESS_0003 = '''\
         return CompressedWeight(tensor, scale, None)
 '''
 
-GUARD_0002 = '''\
+GUARD_0002 = """\
         rtn = to_compressed_weight(grouped, *rtn_scale_zero_point(grouped, axis, num_bits), num_bits, True)
         candidates = [candidate, rtn]
         if reference is not None and reference.scale is not None:
             scale, zero_point = (_as_float32_numpy(t) for t in (reference.scale, reference.zero_point))
             candidates.insert(1, to_compressed_weight(grouped, scale, zero_point, num_bits, True))
-'''
+"""
 
-GUARD_0003 = '''\
+GUARD_0003 = """\
         if candidate.zero_point is None:
             rtn = to_symmetric_compressed_weight(grouped, symmetric_init(grouped, axis, num_bits), num_bits)
         else:
@@ -110,7 +110,7 @@ GUARD_0003 = '''\
             else:
                 zero_point = _as_float32_numpy(reference.zero_point)
                 candidates.insert(1, to_compressed_weight(grouped, scale, zero_point, num_bits, True))
-'''
+"""
 
 EDITS: list[Edit] = [
     insert_after(
