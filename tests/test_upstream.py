@@ -1,14 +1,17 @@
-"""upstream/build.py: NNCF with HQQ in its own tree writes what nncf_hqq writes, and NNCF without hqq is unchanged."""
+"""upstream/build.py: the pull-request series applies in order to NNCF 3.4.0, follows NNCF's rules, holds nothing of
+nncf_hqq, and the patched NNCF writes what nncf_hqq writes (NNCF without hqq unchanged)."""
 
 from __future__ import annotations
 
 import ast
 import importlib.util
+import json
 import os
-import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -20,6 +23,9 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 UPSTREAM = REPO / "upstream"
 BUILT_FOR = "3.4.0"
+#: The core pull request is reviewable in one sitting: at most this many added lines, its tests included.
+MAX_CORE_LINES = 1200
+sys.path.insert(0, str(UPSTREAM))  # upstream/ is a folder of scripts that import each other
 
 
 def load_upstream_module(name: str) -> ModuleType:
@@ -33,6 +39,8 @@ def load_upstream_module(name: str) -> ModuleType:
 
 
 equivalence = load_upstream_module("equivalence")
+series = load_upstream_module("series")
+edit = load_upstream_module("edit")
 
 
 def clean_environment(pythonpath: list[Path]) -> dict[str, str]:
@@ -41,62 +49,81 @@ def clean_environment(pythonpath: list[Path]) -> dict[str, str]:
     return env
 
 
+def run_build(dest: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, str(UPSTREAM / "build.py"), str(dest), *arguments]
+    return subprocess.run(command, env=clean_environment([]), capture_output=True, text=True, timeout=600)
+
+
 @pytest.fixture(scope="module")
-def dest(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """NNCF 3.4.0 with HQQ, built by upstream/build.py from the installed nncf."""
+def builds(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The series built on the installed nncf: "series" (every patch) and "core" (0001 alone)."""
     if nncf.__version__ != BUILT_FOR:
         pytest.skip(f"upstream/build.py edits nncf {BUILT_FOR}; nncf {nncf.__version__} is installed")
-    dest = tmp_path_factory.mktemp("nncf_with_hqq")
-    command = [sys.executable, str(UPSTREAM / "build.py"), str(dest)]
-    done = subprocess.run(command, env=clean_environment([]), capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    return dest
+    found = {}
+    for build, arguments in (("series", ()), ("core", ("--upto", "0001"))):
+        dest = tmp_path_factory.mktemp(build)
+        done = run_build(dest, *arguments)
+        assert done.returncode == 0, done.stderr
+        found[build] = dest
+    return found
 
 
-@pytest.fixture(scope="module")
-def patched(dest: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """What the patched NNCF wrote for every case, in a process where nncf_hqq cannot be imported."""
-    out = tmp_path_factory.mktemp("patched") / "patched.npz"
-    command = [sys.executable, str(UPSTREAM / "equivalence.py"), str(out)]
-    env = clean_environment([dest, REPO])
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=dest)
-    assert done.returncode == 0, done.stderr[-4000:]
-    with np.load(out) as saved:
-        return {key: saved[key] for key in saved.files}
+def summary(dest: Path) -> dict[str, Any]:
+    return json.loads((dest / "patches" / "series.json").read_text())
 
 
-def test_patched_run_used_the_built_nncf_without_nncf_hqq(dest: Path, patched: dict[str, Any]) -> None:
-    assert Path(str(patched["nncf_file"])).is_relative_to(dest.resolve())
-    assert patched["nncf_hqq_modules"].size == 0
+def test_series_has_every_patch_with_its_description(builds: dict[str, Path]) -> None:
+    patches = [entry["patch"] for entry in summary(builds["series"])["patches"]]
+    assert patches == [patch.stem for patch in series.SERIES]
+    for stem in patches:
+        assert (builds["series"] / "patches" / f"{stem}.md").read_text().startswith("# ")
+    assert [entry["patch"] for entry in summary(builds["core"])["patches"]] == patches[:1]
 
 
-@pytest.mark.parametrize("case", equivalence.CASES, ids=lambda case: case.name)
-def test_patched_nncf_writes_what_nncf_hqq_writes(case: Any, patched: dict[str, Any]) -> None:
-    """Same codes, scales and zero points (every constant, byte for byte, in graph order); without hqq, the same
-    model as NNCF's own compress_weights, rt_info included."""
-    if case.torch:
-        pytest.importorskip("torch")
-    expected = equivalence.results(equivalence.compress_reference(case), case)
-    got = {key: value for key, value in patched.items() if key.startswith(f"{case.name}/")}
-    assert sorted(got) == sorted(expected)
-    differing = [key for key in expected if not np.array_equal(got[key], expected[key])]
-    assert differing == []
+def test_core_patch_is_reviewable_in_one_sitting(builds: dict[str, Path]) -> None:
+    core = summary(builds["series"])["patches"][0]
+    assert core["added_lines"] <= MAX_CORE_LINES
+    assert any(name.startswith("tests/") for name in core["added_files"])
 
 
-def test_patch_touches_only_nncf(dest: Path) -> None:
-    patch = (dest / "hqq.patch").read_text()
-    files = re.findall(r"^diff -ruN a/(\S+) b/(\S+)$", patch, flags=re.MULTILINE)
-    assert len(files) > 20
-    assert all(old == new and new.startswith("nncf/") for old, new in files)
-    edited = {name for name, _ in files if f"--- a/{name}\n" in patch}
-    assert edited == {
-        "nncf/quantization/quantize_model.py",
-        "nncf/quantization/advanced_parameters.py",
-        "nncf/quantization/algorithms/weight_compression/algorithm.py",
-        "nncf/openvino/quantization/quantize_model.py",
-        "nncf/torch/function_hook/quantization/quantize_model.py",
-        "nncf/quantization/algorithms/weight_compression/openvino_backend.py",
-    }
+def test_patches_apply_in_order_to_the_release(builds: dict[str, Path], tmp_path: Path) -> None:
+    """``patch -p1`` of every patch in order, onto a tree whose src/nncf is the installed nncf, gives the build."""
+    patch_tool = shutil.which("patch")
+    if patch_tool is None:
+        pytest.skip("the patch tool is not installed (apt-get install patch)")
+    shutil.copytree(Path(nncf.__file__).parent, tmp_path / "src" / "nncf", ignore=shutil.ignore_patterns("__pycache__"))
+    for entry in summary(builds["series"])["patches"]:
+        command = [patch_tool, "-p1", "-s", "-i", str(builds["series"] / "patches" / f"{entry['patch']}.patch")]
+        done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
+    for folder in ("src", "tests"):
+        for path in (builds["series"] / folder).rglob("*.py"):
+            relative = path.relative_to(builds["series"])
+            assert (tmp_path / relative).read_text() == path.read_text(), relative
+
+
+def test_series_passes_nncf_ruff_rules(builds: dict[str, Path]) -> None:
+    """Every file the series adds or changes passes ``ruff check`` and ``ruff format --check`` under NNCF's rules
+    (upstream/nncf_ruff.toml, ruff 0.14.14), licence headers included."""
+    files = sorted(
+        {
+            name
+            for entry in summary(builds["series"])["patches"]
+            for key in ("added_files", "changed_files")
+            for name in entry[key]
+        }
+    )
+    for arguments in (["check", "--no-fix"], ["format", "--check"]):
+        command = [sys.executable, "-m", "ruff", *arguments, *files]
+        done = subprocess.run(command, cwd=builds["series"], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_patches_hold_nothing_of_nncf_hqq(builds: dict[str, Path]) -> None:
+    for path in sorted((builds["series"] / "patches").glob("*.patch")):
+        added = [line for line in path.read_text().splitlines() if line.startswith("+")]
+        found = [line for line in added if load_upstream_module("build").FORBIDDEN.search(line)]
+        assert found == [], path.name
 
 
 def nncf_module_patches(source: str) -> list[str]:
@@ -155,63 +182,112 @@ def test_the_runtime_patch_check_finds_what_replaces_nncf_attributes(source: str
     assert bool(nncf_module_patches(source)) == found
 
 
-def test_patched_tree_replaces_no_nncf_function_at_runtime(dest: Path) -> None:
-    """The patch calls NNCF as it is: no added module assigns to an attribute of what it imports from NNCF, and none
-    of the runtime replacement the out-of-tree package needs (nncf_hqq/openvino/writer.py) is in it."""
-    patch = (dest / "hqq.patch").read_text()
-    added = re.findall(r"^diff -ruN a/(\S+) b/\S+\n--- /dev/null$", patch, flags=re.MULTILINE)
-    assert len(added) > 20
-    patches = [f"{name}: {line}" for name in added for line in nncf_module_patches((dest / name).read_text())]
+def test_series_replaces_no_nncf_function_at_runtime(builds: dict[str, Path]) -> None:
+    added = {name for entry in summary(builds["series"])["patches"] for name in entry["added_files"]}
+    assert len(added) > 5
+    patches = [
+        f"{name}: {line}"
+        for name in sorted(added)
+        for line in nncf_module_patches((builds["series"] / name).read_text())
+    ]
     assert patches == []
-    added_lines = [line for line in patch.splitlines() if line.startswith("+")]
-    leftovers = ("runtime_patch", "_replaced(", "original_compress_weight", "nncf_hqq.openvino.writer")
-    assert [line for line in added_lines if any(word in line for word in leftovers)] == []
 
 
-def test_patch_applies_to_the_unpatched_package(dest: Path, tmp_path: Path) -> None:
-    patch_tool = shutil.which("patch")
-    if patch_tool is None:
-        pytest.skip("the patch tool is not installed (apt-get install patch)")
-    shutil.copytree(Path(nncf.__file__).parent, tmp_path / "nncf", ignore=shutil.ignore_patterns("__pycache__"))
-    command = [patch_tool, "-p1", "--dry-run", "-s", "-i", str(dest / "hqq.patch")]
-    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stdout + done.stderr
+@contextmanager
+def environment(values: dict[str, str]) -> Iterator[None]:
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@pytest.fixture(scope="module")
+def patched(builds: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """What each patched NNCF wrote for its cases, in a process where nncf_hqq cannot be imported."""
+    found = {}
+    for build, dest in builds.items():
+        out = tmp_path_factory.mktemp(f"patched_{build}") / "patched.npz"
+        command = [sys.executable, str(UPSTREAM / "equivalence.py"), str(out), "--build", build]
+        env = clean_environment([dest / "src", REPO])
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900, cwd=dest)
+        assert done.returncode == 0, done.stderr[-4000:]
+        with np.load(out) as saved:
+            found[build] = {key: saved[key] for key in saved.files}
+    return found
+
+
+def test_patched_runs_used_the_built_nncf_without_nncf_hqq(
+    builds: dict[str, Path], patched: dict[str, dict[str, Any]]
+) -> None:
+    for build, saved in patched.items():
+        assert Path(str(saved["nncf_file"])).is_relative_to(builds[build].resolve())
+        assert saved["nncf_hqq_modules"].size == 0
+
+
+CASES = [(build, case) for build in equivalence.BUILDS for case in equivalence.CASES if build in case.builds]
+
+
+@pytest.mark.parametrize(("build", "case"), CASES, ids=[f"{build}-{case.name}" for build, case in CASES])
+def test_patched_nncf_writes_what_nncf_hqq_writes(build: str, case: Any, patched: dict[str, dict[str, Any]]) -> None:
+    """Same codes, scales and zero points (every constant, byte for byte, in graph order) as nncf_hqq with the case's
+    preset, both on their numpy references; without hqq, the same model as NNCF's own, rt_info included."""
+    if case.torch:
+        pytest.importorskip("torch")
+    with environment(equivalence.REFERENCE_ENVIRONMENT):
+        expected = equivalence.results(equivalence.compress_reference(case), case)
+    got = {key: value for key, value in patched[build].items() if key.startswith(f"{case.name}/")}
+    assert sorted(got) == sorted(expected)
+    differing = [key for key in expected if not np.array_equal(got[key], expected[key])]
+    assert differing == []
+
+
+@pytest.mark.parametrize("build", ["core", "series"])
+def test_own_tests_pass(build: str, builds: dict[str, Path], tmp_path: Path) -> None:
+    """The tests the patches add, in NNCF's layout, pass on the tree they are in (0001's on the core build, all on
+    the series; NNCF's test packages stood in for by empty ``__init__.py`` files; one session per suite, as NNCF
+    runs them)."""
+    shutil.copytree(builds[build] / "tests", tmp_path / "tests")
+    for folder in [tmp_path / "tests", *(p for p in (tmp_path / "tests").rglob("*") if p.is_dir())]:
+        (folder / "__init__.py").touch()
+    env = clean_environment([builds[build] / "src", tmp_path])
+    for suite in sorted(p.name for p in (tmp_path / "tests").iterdir() if p.is_dir()):
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"tests/{suite}"]
+        done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stdout[-4000:]
 
 
 def test_build_refuses_a_foreign_destination(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("not a build")
-    command = [sys.executable, str(UPSTREAM / "build.py"), str(tmp_path)]
-    done = subprocess.run(command, env=clean_environment([]), capture_output=True, text=True, timeout=60)
+    done = run_build(tmp_path)
     assert done.returncode == 1
     assert "was not written by upstream/build.py" in done.stderr
     assert (tmp_path / "notes.txt").exists()
 
 
+def test_build_refuses_an_unknown_patch(tmp_path: Path) -> None:
+    done = run_build(tmp_path / "dest", "--upto", "0099")
+    assert done.returncode == 1
+    assert "--upto 0099: the series has the patches 0001" in done.stderr
+
+
 def test_edit_with_a_missing_anchor_names_file_and_anchor(tmp_path: Path) -> None:
-    edits = load_upstream_module("nncf_edits")
-    target = tmp_path / "nncf" / "quantization" / "quantize_model.py"
+    target = tmp_path / "src" / "nncf" / "quantization" / "quantize_model.py"
     target.parent.mkdir(parents=True)
     target.write_text("def compress_weights(model):\n    pass\n")
-    with pytest.raises(edits.EditError, match=r"nncf/quantization/quantize_model\.py: anchor found 0 times"):
-        edits.apply_edits(tmp_path, edits.COMPRESS_WEIGHTS_EDITS)
+    edits = [e for e in series.SERIES[0].edits if e.file == "src/nncf/quantization/quantize_model.py"]
+    with pytest.raises(edit.EditError, match=r"src/nncf/quantization/quantize_model\.py: anchor found 0 times"):
+        edit.apply_edits(tmp_path, edits)
 
 
-def test_unplaceable_import_names_file_and_line() -> None:
-    placement = load_upstream_module("placement")
-    source = "import numpy\nfrom nncf_hqq.api import compress_weights\n"
-    with pytest.raises(placement.PlacementError, match=r"x\.py:2: imports nncf_hqq\.api"):
-        placement.rewrite_imports(source, "x.py", {})
-
-
-def test_copied_functions_carry_the_names_they_need_from_their_module() -> None:
-    """The writer's functions are copied into NNCF's file as they are; the build checks that the file binds what
-    they take from their module (parameters, locals and builtins excluded)."""
-    placement = load_upstream_module("placement")
-    source = "import numpy as np\n\n\ndef f(x: Shape) -> int:\n    y = np.zeros(x)\n    return len(y) + g(y)\n\n\n"
-    source += "def g(y):\n    return [v for v in y][0]\n"
-    text, uses = placement.copied_functions(source, ("g", "f"), "w.py")
-    assert text.index("def g(") < text.index("def f(")
-    assert uses == {"f": {"Shape", "np", "g"}, "g": set()}
-    assert placement.module_bindings(source) == {"np", "f", "g"}
-    with pytest.raises(placement.PlacementError, match=r"w\.py: defines no function h"):
-        placement.copied_functions(source, ("h",), "w.py")
+def test_placed_module_importing_an_unplaced_one_stops_the_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    build = load_upstream_module("build")
+    patch = series.Patch("0009", "x", "x", placed={"nncf_hqq/hqq.py": "src/nncf/x.py"})
+    monkeypatch.setattr(build.series, "SERIES", (*series.SERIES, patch))
+    with pytest.raises(build.BuildError, match=r"nncf_hqq/hqq\.py imports nncf_hqq\.\w+, which no patch"):
+        build.placed_text("nncf_hqq/hqq.py")

@@ -83,7 +83,7 @@ def prepare_destination(dest: Path) -> None:
             msg = f"{dest} is not empty and was not written by upstream/build.py; choose an empty directory"
             raise BuildError(msg)
         shutil.rmtree(dest)
-    dest.mkdir(parents=True)
+    dest.mkdir(parents=True, exist_ok=True)
     (dest / MARKER).write_text("written by upstream/build.py; the next build empties this directory\n")
 
 

@@ -1,16 +1,18 @@
-"""Runs NNCF's OpenVINO weight-compression tests against the installed NNCF, the patched one, and the installed one
-with ``nncf_hqq`` imported; then compares the outcomes test by test.
+"""Runs NNCF's OpenVINO and Torch weight-compression tests on the installed NNCF, on the tree after the core pull
+request (0001), on the tree after the whole series, and on the installed NNCF with ``nncf_hqq`` imported; compares
+the outcomes test by test; and runs the series' own tests inside NNCF's test tree.
 
-    python upstream/run_nncf_tests.py NNCF_REPO [--dest DEST] [--out DIR] [--runs installed,patched,...]
+    python upstream/build.py /tmp/core --upto 0001
+    python upstream/build.py /tmp/series
+    python upstream/run_nncf_tests.py NNCF_REPO --core /tmp/core --series /tmp/series --out /tmp/nncf_runs
 
-``NNCF_REPO`` is a checkout of NNCF's repository (its ``tests/`` folder, or the folder holding it). The runs, one
-after the other (``nice``), each ``pytest -p no:cacheprovider --junitxml=DIR/RUN.xml``, log in ``DIR/RUN.log``:
+``NNCF_REPO`` holds NNCF's ``tests/`` (a checkout, or the files of ``fetch openvinotoolkit/nncf``). Every run is
+``pytest -p no:cacheprovider --junitxml=OUT/RUN-SUITE.xml`` (``nice``), one suite at a time (NNCF's OpenVINO and Torch
+conftests cannot share a session), logged in ``OUT/RUN-SUITE.log``:
 - ``installed``: NNCF's tests on the installed nncf;
-- ``patched``: the same tests with ``DEST`` (``upstream/build.py DEST``) first on ``PYTHONPATH``;
-- ``with_nncf_hqq``: the same tests on the installed nncf, with ``import nncf_hqq`` done first (a pytest plugin);
-- ``hqq``: the HQQ tests that build.py writes in NNCF's style (``DEST/tests/...``), run inside NNCF's test tree with
-  ``DEST`` first on ``PYTHONPATH`` (the file is copied into ``NNCF_REPO/tests`` for the run, then removed).
-
+- ``core`` / ``series``: the same tests with the build's ``src`` first on ``PYTHONPATH``;
+- ``with_nncf_hqq``: the installed nncf, with ``import nncf_hqq`` done first (a pytest plugin);
+- ``own``: the tests the series adds (``DEST/tests``), copied into NNCF's test tree for the run, on the series.
 The tests import ``torchvision`` and ``timm`` at module level for models the weight-compression tests never build;
 where they are not installed (PyPI has no CPU torchvision build for this torch), import-only placeholders stand in.
 ``--compare-only`` reads the JUnit files of earlier runs.
@@ -29,14 +31,24 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 
-WC_TESTS = "tests/openvino/native/quantization"
-#: NNCF's weight-compression test files run, and those left out with the reason.
-TEST_FILES = ("test_weights_compression.py", "test_weights_compression_backends.py")
-LEFT_OUT = {
-    "test_weights_compression_statistics_caching.py": "downloads a Hugging Face model and dataset (no network here)",
+#: NNCF's weight-compression test files of each suite.
+SUITES = {
+    "openvino": [
+        "tests/openvino/native/quantization/test_weights_compression.py",
+        "tests/openvino/native/quantization/test_weights_compression_backends.py",
+    ],
+    "torch": [
+        "tests/torch/function_hook/quantization/test_weights_compression.py",
+        "tests/torch/function_hook/quantization/test_weights_compression_backends.py",
+    ],
 }
-HQQ_TEST = Path("tests/openvino/native/quantization/test_hqq_compression.py")
-RUNS = ("installed", "patched", "with_nncf_hqq", "hqq")
+LEFT_OUT = {
+    "tests/openvino/native/quantization/test_weights_compression_statistics_caching.py": (
+        "downloads a Hugging Face model and dataset (no network here)"
+    ),
+}
+RUNS = ("installed", "core", "series", "with_nncf_hqq", "own")
+COMPARED = ("core", "series", "with_nncf_hqq")
 PLUGIN = "nncf_hqq_imported_first"
 PLACEHOLDERS = {
     "torchvision/__init__.py": "",
@@ -56,32 +68,35 @@ def write_shims(folder: Path) -> None:
             path.write_text(f'"""Import-only placeholder (upstream/run_nncf_tests.py)."""\n\n{text}')
 
 
-def run_pytest(run: str, repo: Path, dest: Path | None, shims: Path, out: Path) -> int:
-    """One run of pytest in NNCF's repository; returns its exit code."""
-    paths = [shims] if run in ("installed", "with_nncf_hqq") else [dest, shims]
+def run_pytest(name: str, files: list[str], repo: Path, source: Path | None, shims: Path, out: Path) -> int:
+    """One pytest session in NNCF's repository (``source``, a build's ``src``, first on the path); its exit code."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in paths if p is not None)
-    files = [str(HQQ_TEST)] if run == "hqq" else [f"{WC_TESTS}/{name}" for name in TEST_FILES]
-    plugin = ["-p", PLUGIN] if run == "with_nncf_hqq" else []
+    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in (source, shims, repo) if p is not None)
+    plugin = ["-p", PLUGIN] if name.startswith("with_nncf_hqq") else []
     command = ["nice", "-n", "10", sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *plugin]
-    command += [f"--junitxml={out / f'{run}.xml'}", *files]
-    with open(out / f"{run}.log", "w") as log:
+    command += [f"--junitxml={out / f'{name}.xml'}", *files]
+    with open(out / f"{name}.log", "w") as log:
         log.write(f"PYTHONPATH={env['PYTHONPATH']} {' '.join(command)}\n")
         log.flush()
         return subprocess.run(command, cwd=repo, env=env, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
 
 
-def run_hqq_tests(repo: Path, dest: Path, shims: Path, out: Path) -> int:
-    """The generated HQQ tests, copied into NNCF's test tree for the run."""
-    target = repo / HQQ_TEST
-    if target.exists():
-        msg = f"{target} exists already; remove it (it is copied there for the run only)"
+def run_own_tests(repo: Path, series: Path, shims: Path, out: Path) -> None:
+    """The series' own tests, copied into NNCF's test tree for the run (one session per top-level suite)."""
+    own = sorted(path.relative_to(series).as_posix() for path in (series / "tests").rglob("test_*.py"))
+    present = [name for name in own if (repo / name).exists()]
+    if present:
+        msg = f"{present} exist in {repo} already; remove them (they are copied there for the run only)"
         raise SystemExit(msg)
-    shutil.copyfile(dest / HQQ_TEST, target)
+    for name in own:
+        shutil.copyfile(series / name, repo / name)
     try:
-        return run_pytest("hqq", repo, dest, shims, out)
+        for suite in sorted({name.split("/")[1] for name in own}):
+            files = [name for name in own if name.split("/")[1] == suite]
+            run_pytest(f"own-{suite}", files, repo, series / "src", shims, out)
     finally:
-        target.unlink()
+        for name in own:
+            (repo / name).unlink()
 
 
 def outcomes(junit: Path) -> dict[str, str]:
@@ -96,51 +111,59 @@ def outcomes(junit: Path) -> dict[str, str]:
     return found
 
 
-def report(out: Path, runs: list[str]) -> str:
-    """Counts of every run, and the tests whose outcome differs from the installed run."""
-    results = {run: outcomes(out / f"{run}.xml") for run in runs if (out / f"{run}.xml").exists()}
+def report(out: Path) -> str:
+    """Counts of every run and suite, and the tests whose outcome differs from the installed run's."""
+    results = {junit.stem: outcomes(junit) for junit in sorted(out.glob("*.xml"))}
     lines = []
-    for run, found in results.items():
+    for name, found in results.items():
         counts = Counter(found.values())
         summary = ", ".join(f"{counts[k]} {k}" for k in ("passed", "failed", "error", "skipped"))
-        lines.append(f"{run}: {len(found)} tests: {summary}")
-    baseline = results.get("installed")
-    for run in ("patched", "with_nncf_hqq"):
-        if baseline is None or run not in results:
-            continue
-        differing = sorted(t for t in baseline.keys() | results[run].keys() if baseline.get(t) != results[run].get(t))
-        lines.append(f"installed vs {run}: {len(differing)} tests differ")
-        lines.extend(f"  {t}: {baseline.get(t, 'absent')} -> {results[run].get(t, 'absent')}" for t in differing)
+        lines.append(f"{name}: {len(found)} tests: {summary}")
+    for suite in SUITES:
+        baseline = results.get(f"installed-{suite}")
+        for run in COMPARED:
+            compared = results.get(f"{run}-{suite}")
+            if baseline is None or compared is None:
+                continue
+            differing = sorted(t for t in baseline.keys() | compared.keys() if baseline.get(t) != compared.get(t))
+            lines.append(f"{suite}: installed vs {run}: {len(differing)} tests differ")
+            lines.extend(f"  {t}: {baseline.get(t, 'absent')} -> {compared.get(t, 'absent')}" for t in differing)
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("nncf_repo", type=Path, help="NNCF's repository checkout (or its tests/ folder)")
-    parser.add_argument("--dest", type=Path, help="the output of upstream/build.py (patched and hqq runs)")
+    parser.add_argument("--core", type=Path, help="upstream/build.py DEST --upto 0001 (the core run)")
+    parser.add_argument("--series", type=Path, help="upstream/build.py DEST (the series and own runs)")
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "nncf_hqq_nncf_tests")
     parser.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated, of {', '.join(RUNS)}")
+    parser.add_argument("--suites", default=",".join(SUITES), help=f"comma-separated, of {', '.join(SUITES)}")
     parser.add_argument("--compare-only", action="store_true", help="only compare the JUnit files in --out")
     args = parser.parse_args(argv)
     repo = args.nncf_repo.resolve()
     repo = repo.parent if repo.name == "tests" else repo
     runs = [r for r in args.runs.split(",") if r]
-    unknown = sorted(set(runs) - set(RUNS))
-    if unknown or (args.dest is None and {"patched", "hqq"} & set(runs) and not args.compare_only):
-        parser.error(f"unknown runs {unknown}" if unknown else "the patched and hqq runs need --dest")
+    suites = [s for s in args.suites.split(",") if s]
+    unknown = sorted(set(runs) - set(RUNS)) + sorted(set(suites) - set(SUITES))
+    builds = {"core": args.core, "series": args.series, "own": args.series}
+    missing = sorted(run for run in runs if run in builds and builds[run] is None)
+    if unknown or (missing and not args.compare_only):
+        parser.error(f"unknown runs or suites {unknown}" if unknown else f"the runs {missing} need --core/--series")
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.compare_only:
-        dest = args.dest.resolve() if args.dest else None
         with tempfile.TemporaryDirectory(prefix="nncf_test_shims_") as tmp:
             write_shims(Path(tmp))
             for run in runs:
-                if run == "hqq" and dest is not None:
-                    run_hqq_tests(repo, dest, Path(tmp), args.out)
-                else:
-                    run_pytest(run, repo, dest, Path(tmp), args.out)
+                if run == "own":
+                    run_own_tests(repo, args.series.resolve(), Path(tmp), args.out)
+                    continue
+                source = builds[run].resolve() / "src" if run in builds else None
+                for suite in suites:
+                    run_pytest(f"{run}-{suite}", SUITES[suite], repo, source, Path(tmp), args.out)
     for name, reason in LEFT_OUT.items():
-        sys.stdout.write(f"left out: {WC_TESTS}/{name}: {reason}\n")
-    sys.stdout.write(report(args.out, runs))
+        sys.stdout.write(f"left out: {name}: {reason}\n")
+    sys.stdout.write(report(args.out))
     return 0
 
 

@@ -6,12 +6,11 @@ parameters HQQ stores, except after ``unit_gain``, where the stored scale is not
 and encoding again would change the weight (tests/test_api.py::test_model_computes_hqq_unit_gain_weights).
 Skipping the encoder also saves a compiled model per weight.
 
-- ``has_final_codes``, ``final_codes`` and ``packed_4bit_codes`` are that change. In NNCF's tree, upstream/build.py
-  copies them, as they are, into NNCF's ``openvino_backend.py``, whose ``_create_compression_subgraph`` calls them
-  instead of encoding (upstream/nncf_edits.py, ``WRITER_FUNCTIONS``): they may use only names that file binds.
+- ``has_final_codes``, ``final_codes`` and ``packed_4bit_codes`` are that change. The NNCF pull request makes it in
+  NNCF's own ``compress_weight`` instead (a precomputed weight with integer codes is returned as it is:
+  upstream/edits_0001.py), which every backend's writer calls.
 - ``OVWeightCompressionAlgoBackend`` is NNCF 3.4.0's backend with that change made from outside NNCF: while its
-  writer writes a weight with final codes, the module's ``compress_weight`` is ``final_codes``. In NNCF's tree the
-  name is NNCF's own backend (upstream/placement.py).
+  writer writes a weight with final codes, the module's ``compress_weight`` is ``final_codes``.
 """
 
 from __future__ import annotations
