@@ -53,6 +53,8 @@ PLUGIN = "nncf_hqq_imported_first"
 PLACEHOLDERS = {
     "torchvision/__init__.py": "",
     "torchvision/models/__init__.py": "mobilenet_v2 = mobilenet_v3_small = None\n",
+    "torchvision/transforms/__init__.py": "",
+    "torchvision/transforms/functional.py": "normalize = None\n",
     "timm/__init__.py": "",
     "timm/layers/__init__.py": "DropPath = to_2tuple = trunc_normal_ = None\n",
 }
