@@ -168,16 +168,16 @@ def checkpoint(name: str, work: Path) -> Path:
 
 def make_checkpoint(name: str, work: Path) -> Path:
     if name == "smollm2":
-        from nncf_hqq.llm import models
+        from nncf_hqq.llm import zoo
 
-        return models.smollm2_hf_dir()
+        return zoo.smollm2_hf_dir()
     tokenizer = work / "qwen2.5-tokenizer"
     if not tokenizer.is_dir():
         from transformers import AutoTokenizer
 
-        from nncf_hqq.llm import models
+        from nncf_hqq.llm import zoo
 
-        gguf = models.qwen_gguf()
+        gguf = zoo.qwen_gguf()
         AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(tokenizer)
     return _checkpoints.write_checkpoint(_checkpoints.SHAPES[name], work / name, tokenizer)
 

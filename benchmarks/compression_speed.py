@@ -471,16 +471,14 @@ def _num(value: float | None, width: int, digits: int) -> str:
 
 
 def machine() -> dict[str, Any]:
-    import nncf
     import numpy
-    import openvino
+
+    from nncf_hqq.llm.records import versions
 
     return {
         "cpu_count": os.cpu_count(),
         "processor": _cpu_name(),
-        "python": platform.python_version(),
-        "nncf": nncf.__version__,
-        "openvino": openvino.__version__,
+        **versions(),
         "numpy": numpy.__version__,
         "torch": _version_of("torch"),
         "transformers": _version_of("transformers"),
