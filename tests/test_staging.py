@@ -64,11 +64,12 @@ def test_a_link_to_a_directory_replaces_the_directory_it_names(tmp_path: Path) -
     assert (tmp_path / "link").is_symlink() and _tree(tmp_path / "real") == {"model.bin": b"new"}
 
 
-def test_what_a_killed_run_left_is_removed_and_a_living_ones_kept(tmp_path: Path) -> None:
-    dest = tmp_path / "out"
+@pytest.mark.parametrize("name", ["out", "out[1]"])
+def test_what_a_killed_run_left_is_removed_and_a_living_ones_kept(tmp_path: Path, name: str) -> None:
+    dest = tmp_path / name
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    left = tmp_path / f".out.{dead.stdout.strip()}.0000.partial"
-    alive = tmp_path / f".out.{os.getppid()}.0000.partial"
+    left = tmp_path / f".{name}.{dead.stdout.strip()}.0000.partial"
+    alive = tmp_path / f".{name}.{os.getppid()}.0000.partial"
     other = tmp_path / f".other.{dead.stdout.strip()}.0000.partial"
     for path in (left, alive, other):
         path.mkdir()

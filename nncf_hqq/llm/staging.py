@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import glob
 import os
 import secrets
 import shutil
@@ -50,7 +51,7 @@ def _process_alive(pid: int) -> bool:
 def remove_stale_staging(dest: Path, log: Callable[[str], None] | None = None) -> list[Path]:
     """Remove the staging dirs of ``dest`` left by runs whose process is gone; returns them."""
     removed = []
-    for staging in sorted(dest.parent.glob(f"{staging_prefix(dest)}*{STAGING_SUFFIX}")):
+    for staging in sorted(dest.parent.glob(f"{glob.escape(staging_prefix(dest))}*{STAGING_SUFFIX}")):
         pid = _owner_pid(staging, dest)
         if staging.is_dir() and pid is not None and not _process_alive(pid):
             if log is not None:
