@@ -3,7 +3,7 @@ openvino --weight-format int4``, side by side on the same checkpoint, with the p
 
 The checkpoints are random bf16 models of released shapes (``_checkpoints.SHAPES``: Qwen2.5-0.5B, a 2B Qwen2, Phi-3.5-
 mini, Qwen2.5-7B), written shard by shard with the real Qwen2.5 tokenizer (from the Qwen GGUF of
-``../shared``), or ``smollm2``: SmolLM2-135M's fp32 checkpoint (``nncf_hqq.llm.models``). Every command runs as a
+``../shared``), or ``smollm2``: SmolLM2-135M's fp32 checkpoint (``nncf_hqq.llm.zoo``). Every command runs as a
 child process; its memory is sampled every 0.2 s (the resident memory of the process and its children, summed; also
 without the pages of mapped files, "anon", which the kernel can drop and read again), overall and per phase, and
 the phase it is in is read from the lines ``nncf-hqq`` logs ("export ...", "export: 42.5 s"). The kernel's own peak
@@ -168,16 +168,16 @@ def checkpoint(name: str, work: Path) -> Path:
 
 def make_checkpoint(name: str, work: Path) -> Path:
     if name == "smollm2":
-        from nncf_hqq.llm import models
+        from nncf_hqq.llm import zoo
 
-        return models.smollm2_hf_dir()
+        return zoo.smollm2_hf_dir()
     tokenizer = work / "qwen2.5-tokenizer"
     if not tokenizer.is_dir():
         from transformers import AutoTokenizer
 
-        from nncf_hqq.llm import models
+        from nncf_hqq.llm import zoo
 
-        gguf = models.qwen_gguf()
+        gguf = zoo.qwen_gguf()
         AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(tokenizer)
     return _checkpoints.write_checkpoint(_checkpoints.SHAPES[name], work / name, tokenizer)
 

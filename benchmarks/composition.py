@@ -21,13 +21,14 @@ import numpy as np
 import openvino as ov
 
 import nncf_hqq  # noqa: F401
-from nncf_hqq.llm.evaluation import calibration_samples
 from nncf_hqq.llm.evaluation import evaluate_llms
-from nncf_hqq.llm.evaluation import load_tokenizer
-from nncf_hqq.llm.evaluation import wikitext_windows
-from nncf_hqq.llm.models import ir_xml
-from nncf_hqq.llm.models import shared_path
-from nncf_hqq.llm.models import smollm2_ov_dir
+from nncf_hqq.llm.layout import ir_xml
+from nncf_hqq.llm.records import versions
+from nncf_hqq.llm.texts import calibration_samples
+from nncf_hqq.llm.texts import load_tokenizer
+from nncf_hqq.llm.texts import wikitext_windows
+from nncf_hqq.llm.zoo import shared_path
+from nncf_hqq.llm.zoo import smollm2_ov_dir
 
 WIKITEXT = "data/wikitext-2-raw/wiki.test.raw"
 SHAKESPEARE = "data/tinyshakespeare/input.txt"
@@ -123,7 +124,7 @@ def main() -> None:
         "weight_relative_error": errors,
         "compress_seconds": seconds,
         "not_run": failures,
-        "nncf": nncf.__version__,
+        "versions": versions(),
     }
     args.out.write_text(json.dumps(record, indent=2))
     print(f"-> {args.out}")

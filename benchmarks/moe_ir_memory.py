@@ -101,11 +101,12 @@ def moe(opset: Any, weight: Any, x: Any, prefix: str) -> Any:
 COMPRESS = """
 import json, resource, sys, time
 import openvino as ov
-from nncf_hqq.llm import workflows
+from nncf_hqq.llm.compression import compress_model
+from nncf_hqq.llm.options import CompressionOptions
 src, dst, fields = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 model = ov.Core().read_model(src)
 start = time.perf_counter()
-model = workflows.compress_model(model, workflows.CompressionOptions(**fields))
+model = compress_model(model, CompressionOptions(**fields))
 seconds = time.perf_counter() - start
 ov.save_model(model, dst, compress_to_fp16=False)
 print("RESULT " + json.dumps({"seconds": seconds, "peak_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6}))

@@ -28,8 +28,12 @@ import openvino as ov
 
 from nncf_hqq import moe_gate_matmuls
 from nncf_hqq.llm import evaluation
-from nncf_hqq.llm import models
-from nncf_hqq.llm import workflows
+from nncf_hqq.llm.compression import compress_model
+from nncf_hqq.llm.export import export_to_openvino
+from nncf_hqq.llm.layout import is_ir_dir
+from nncf_hqq.llm.layout import read_model
+from nncf_hqq.llm.options import CompressionOptions
+from nncf_hqq.llm.texts import llm_inputs
 
 CONFIG = {
     "vocab_size": 2048,
@@ -56,7 +60,7 @@ VARIANTS = {
 
 def build(work: Path) -> Path:
     fp = work / "fp"
-    if workflows.is_ir_dir(fp):
+    if is_ir_dir(fp):
         return fp
     import torch
     from transformers import AutoConfig
@@ -65,7 +69,7 @@ def build(work: Path) -> Path:
     torch.manual_seed(0)
     config = AutoConfig.for_model("qwen3_moe", **CONFIG)
     AutoModelForCausalLM.from_config(config).eval().save_pretrained(work / "hf")
-    return models.export_to_openvino(work / "hf", fp)
+    return export_to_openvino(work / "hf", fp)
 
 
 def with_routing_outputs(model: ov.Model) -> ov.Model:
@@ -83,7 +87,7 @@ def routing(model: ov.Model, windows: list[np.ndarray]) -> list[np.ndarray]:
     out = []
     for ids in windows:
         request.reset_state()
-        request.infer(evaluation.llm_inputs(ids))
+        request.infer(llm_inputs(ids))
         experts = [
             np.sort(request.get_output_tensor(i).data.reshape(len(ids), -1), axis=-1)
             for i in range(1, len(compiled.outputs))
@@ -102,7 +106,7 @@ def main() -> None:
     fp = build(args.work)
     rng = np.random.default_rng(0)
     windows = [rng.integers(0, CONFIG["vocab_size"], size=128) for _ in range(args.windows)]
-    fp_model = workflows.read_model(fp)
+    fp_model = read_model(fp)
     gates = moe_gate_matmuls(fp_model)
     router_params = sum(CONFIG["num_experts"] * CONFIG["hidden_size"] for _ in gates)
     all_params = sum(
@@ -110,13 +114,11 @@ def main() -> None:
         for op in fp_model.get_ops()
         if op.get_type_name() == "Constant" and len(op.get_output_shape(0)) >= 2
     )
-    fp_routing = routing(workflows.read_model(fp), windows)
+    fp_routing = routing(read_model(fp), windows)
     compressed: dict[str, Any] = {}
     rows: dict[str, dict[str, float]] = {}
     for name, fields in VARIANTS.items():
-        model = workflows.compress_model(
-            workflows.read_model(fp), workflows.CompressionOptions(group_size=64, **fields)
-        )
+        model = compress_model(read_model(fp), CompressionOptions(group_size=64, **fields))
         got = routing(model.clone(), windows)
         same = np.mean([np.all(a == b, axis=-1).mean() for a, b in zip(fp_routing, got, strict=True)])
         compressed[name] = model

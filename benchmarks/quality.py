@@ -16,7 +16,6 @@ import argparse
 import dataclasses
 import hashlib
 import json
-import platform
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,29 +28,29 @@ from _sequential import evaluate_against
 from _sequential import reference_log_probs
 from _sequential import reference_metrics
 
-import nncf_hqq
 from nncf_hqq import HQQ_DEFAULT
 from nncf_hqq import HQQ_REFERENCE
 from nncf_hqq import HQQParameters
 from nncf_hqq import LowBitMode
-from nncf_hqq.llm.evaluation import ENCODER_CONFIG
-from nncf_hqq.llm.evaluation import calibration_samples
+from nncf_hqq.llm.encoders import ENCODER_CONFIG
+from nncf_hqq.llm.encoders import mean_pooled
 from nncf_hqq.llm.evaluation import compile_model
 from nncf_hqq.llm.evaluation import evaluate_llms
-from nncf_hqq.llm.evaluation import load_tokenizer
-from nncf_hqq.llm.evaluation import mean_pooled
-from nncf_hqq.llm.evaluation import token_calibration_samples
-from nncf_hqq.llm.evaluation import tokenize_text
-from nncf_hqq.llm.evaluation import wikitext_lines
-from nncf_hqq.llm.evaluation import wikitext_windows
-from nncf_hqq.llm.models import cache_dir
-from nncf_hqq.llm.models import ir_xml
-from nncf_hqq.llm.models import minilm_ov_dir
-from nncf_hqq.llm.models import mpnet_ov_dir
-from nncf_hqq.llm.models import qwen_ov_dir
-from nncf_hqq.llm.models import shared_path
-from nncf_hqq.llm.models import smollm2_ov_dir
+from nncf_hqq.llm.layout import ir_xml
+from nncf_hqq.llm.records import versions
 from nncf_hqq.llm.sanity import generation_bos_token_id
+from nncf_hqq.llm.texts import calibration_samples
+from nncf_hqq.llm.texts import load_tokenizer
+from nncf_hqq.llm.texts import token_calibration_samples
+from nncf_hqq.llm.texts import tokenize_text
+from nncf_hqq.llm.texts import wikitext_lines
+from nncf_hqq.llm.texts import wikitext_windows
+from nncf_hqq.llm.zoo import cache_dir
+from nncf_hqq.llm.zoo import minilm_ov_dir
+from nncf_hqq.llm.zoo import mpnet_ov_dir
+from nncf_hqq.llm.zoo import qwen_ov_dir
+from nncf_hqq.llm.zoo import shared_path
+from nncf_hqq.llm.zoo import smollm2_ov_dir
 from nncf_hqq.self_calibration import SELF_CALIBRATION_DEFAULT
 from nncf_hqq.self_calibration import SelfCalibration
 from nncf_hqq.self_calibration import calibration_inputs
@@ -557,8 +556,7 @@ def main() -> None:
         },
         "results": results,
         "compress_seconds": times,
-        "versions": {"nncf": nncf.__version__, "openvino": ov.get_version(), "nncf_hqq": nncf_hqq.__version__},
-        "python": platform.python_version(),
+        "versions": versions(),
     }
     out.write_text(json.dumps(record, indent=2, default=str))
     print(f"-> {out}")

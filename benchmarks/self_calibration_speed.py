@@ -20,9 +20,8 @@ Prints a table and writes JSON with the generation time measured apart and the r
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
-import platform
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,16 +31,16 @@ import nncf
 import openvino as ov
 
 import nncf_hqq
-from nncf_hqq.llm import workflows
-from nncf_hqq.llm.evaluation import calibration_samples
-from nncf_hqq.llm.evaluation import load_tokenizer
-from nncf_hqq.llm.models import ir_xml
-from nncf_hqq.llm.models import qwen_ov_dir
-from nncf_hqq.llm.models import shared_path
-from nncf_hqq.llm.models import smollm2_ov_dir
+from nncf_hqq.llm import compress
+from nncf_hqq.llm.layout import ir_xml
+from nncf_hqq.llm.records import versions
 from nncf_hqq.llm.sanity import generation_bos_token_id
+from nncf_hqq.llm.texts import calibration_samples
+from nncf_hqq.llm.texts import load_tokenizer
+from nncf_hqq.llm.zoo import qwen_ov_dir
+from nncf_hqq.llm.zoo import shared_path
+from nncf_hqq.llm.zoo import smollm2_ov_dir
 from nncf_hqq.self_calibration import SELF_CALIBRATION_DEFAULT
-from nncf_hqq.self_calibration import SelfCalibration
 from nncf_hqq.self_calibration import generate_sequences
 
 SHAKESPEARE = "data/tinyshakespeare/input.txt"
@@ -65,7 +64,7 @@ def compress_seconds(ir_dir: Path, group_size: int, row: str) -> float:
     else:
         dataset = SELF_CALIBRATION_DEFAULT.replace(start_token_ids=(bos,) if bos is not None else None)
     if row == "self_awq_se_hqq_checked":
-        return checked_seconds(ir_dir, group_size, dataset)
+        return checked_seconds(ir_dir, group_size)
     start = time.perf_counter()
     nncf.compress_weights(
         model,
@@ -82,13 +81,12 @@ def compress_seconds(ir_dir: Path, group_size: int, row: str) -> float:
     return time.perf_counter() - start
 
 
-def checked_seconds(ir_dir: Path, group_size: int, params: SelfCalibration) -> float:
-    """Seconds of ``nncf-hqq compress``'s self-calibrated compression with its output check (after reading)."""
-    data_free = workflows.CompressionOptions(group_size=group_size, ratio=1.0, backup_mode="none")
-    calibrated = dataclasses.replace(data_free, awq=True, scale_estimation=True, self_calibration=params)
-    start = time.perf_counter()
-    workflows.compress_checked_on_outputs(ir_xml(ir_dir), data_free, calibrated, log=print)
-    return time.perf_counter() - start
+def checked_seconds(ir_dir: Path, group_size: int) -> float:
+    """Seconds of the compress job's self-calibrated compression with its output check (after reading the model,
+    before saving it: ``CompressionResult.compress_seconds``)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        result = compress(ir_dir, Path(tmp) / "out", group_size=group_size, ratio=1.0, backup_mode="none", log=print)
+    return result.compress_seconds
 
 
 def generation_seconds(ir_dir: Path) -> float:
@@ -127,8 +125,7 @@ def main() -> None:
         "self_calibration": {k: str(v) for k, v in vars(SELF_CALIBRATION_DEFAULT).items()},
         "seconds": seconds,
         "ratio_to_nncf_awq_se_text128": {row: value / reference for row, value in seconds.items()},
-        "versions": {"nncf": nncf.__version__, "openvino": ov.get_version(), "nncf_hqq": nncf_hqq.__version__},
-        "python": platform.python_version(),
+        "versions": versions(),
     }
     out.write_text(json.dumps(record, indent=2))
     print(f"-> {out}")

@@ -72,13 +72,13 @@ def main() -> None:
     from _sequential import reference_log_probs
     from _sequential import reference_metrics
 
-    from nncf_hqq.llm.evaluation import load_tokenizer
-    from nncf_hqq.llm.evaluation import wikitext_windows
-    from nncf_hqq.llm.models import cache_dir
-    from nncf_hqq.llm.models import ir_xml
-    from nncf_hqq.llm.models import qwen_ov_dir
-    from nncf_hqq.llm.models import shared_path
-    from nncf_hqq.llm.models import smollm2_ov_dir
+    from nncf_hqq.llm.layout import ir_xml
+    from nncf_hqq.llm.texts import load_tokenizer
+    from nncf_hqq.llm.texts import wikitext_windows
+    from nncf_hqq.llm.zoo import cache_dir
+    from nncf_hqq.llm.zoo import qwen_ov_dir
+    from nncf_hqq.llm.zoo import shared_path
+    from nncf_hqq.llm.zoo import smollm2_ov_dir
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trees", default="", help="NAME=DIR,...: trees holding DIR/src/nncf")

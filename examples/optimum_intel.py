@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import nncf_hqq  # noqa: F401  (installs the hqq-aware nncf.compress_weights that optimum-intel calls)
-from nncf_hqq.llm import models
+from nncf_hqq.llm import zoo
 
 PROMPT = "What is the capital of France? Answer in one sentence."
 
@@ -65,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--prompt", default=PROMPT)
     parser.add_argument("--max-new-tokens", type=int, default=32)
     args = parser.parse_args(argv)
-    model_dir = args.model or models.smollm2_ov_dir()
+    model_dir = args.model or zoo.smollm2_ov_dir()
     compress_with_optimum(model_dir, args.out, args.group_size)
     print(f"Compressed {model_dir} with HQQ through optimum-intel -> {args.out}")
     print(f"User: {args.prompt}")

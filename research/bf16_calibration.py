@@ -27,13 +27,14 @@ import bf16_export
 
 GIB = 1024**3
 
-#: Run in a child: ``nncf-hqq compress`` with the self-calibration seed replaced by ``argv[1]`` and, when ``argv[2]``
-#: is ``bf16``, the float model compiled in bf16 (generation and NNCF's statistics).
+#: Run in a child: the compress job (``nncf_hqq.llm.compress`` of ``argv[3]`` into ``argv[4]``, group size 64, no
+#: output check) with the self-calibration seed replaced by ``argv[1]`` and, when ``argv[2]`` is ``bf16``, the float
+#: model compiled in bf16 (generation and NNCF's statistics).
 CHILD = """
 import dataclasses, sys
 import nncf.openvino.engine as engine
 from nncf_hqq import self_calibration
-from nncf_hqq.llm import cli
+from nncf_hqq.llm import compress
 seed, precision = int(sys.argv[1]), sys.argv[2]
 generate = self_calibration.generate_sequences
 def seeded(model, params=self_calibration.SELF_CALIBRATION_DEFAULT):
@@ -42,17 +43,17 @@ self_calibration.generate_sequences = seeded
 if precision == "bf16":
     engine.OVNativeEngine.__init__.__defaults__ = (False,)
     self_calibration.GENERATION_CONFIG.update({"INFERENCE_PRECISION_HINT": "bf16", "KV_CACHE_PRECISION": "bf16"})
-raise SystemExit(cli.main(sys.argv[3:]))
+compress(sys.argv[3], sys.argv[4], group_size=64, output_check=False, memory_check=False)
 """
 
 
-def compress(seed: int, precision: str, source: Path, out: Path) -> dict[str, float]:
-    """Runs ``nncf-hqq compress`` in a fresh process; its wall time and peak RSS (``ru_maxrss``)."""
+def compress_in_a_child(seed: int, precision: str, source: Path, out: Path) -> dict[str, float]:
+    """Runs the compress job (``CHILD``) in a fresh process; its wall time and peak RSS (``ru_maxrss``)."""
     import time
 
-    argv = ["compress", str(source), str(out), "--group-size", "64", "--no-output-check", "--no-memory-check"]
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(seed), precision, *argv], stdout=subprocess.DEVNULL)
+    args = [sys.executable, "-c", CHILD, str(seed), precision, str(source), str(out)]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL)
     _, status, usage = os.wait4(proc.pid, 0)
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"compress failed for {out}")
@@ -66,24 +67,22 @@ def main() -> int:
     p.add_argument("--json", type=Path, default=Path("results/bf16_calibration.json"))
     p.add_argument("--seeds", default="0", help="comma-separated self-calibration seeds, each run in both precisions")
     args = p.parse_args()
-    from nncf_hqq.llm import models
+    from nncf_hqq.llm import evaluate
+    from nncf_hqq.llm.export import export_to_openvino
 
     checkpoint = bf16_export.bf16_checkpoint(args.work)
     fp32_ir = args.work / "fp32-ir"
     if not fp32_ir.is_dir():
-        models.export_to_openvino(checkpoint, fp32_ir, dtype="fp32")
+        export_to_openvino(checkpoint, fp32_ir, dtype="fp32")
     outs, memory = {}, {}
     for seed in (int(text) for text in args.seeds.split(",")):
         for precision in ("f32", "bf16"):
             name = f"{precision}, seed {seed}"
             out = args.work / f"calibration-{precision}-{seed}"
-            memory[name] = compress(seed, precision, checkpoint, out)
+            memory[name] = compress_in_a_child(seed, precision, checkpoint, out)
             outs[name] = out
     report = args.work / "calibration-evaluate.json"
-    names = [f"{name}={path}" for name, path in outs.items()]
-    window_args = ["--windows", str(args.windows), "--json", str(report)]
-    bf16_export.cli("evaluate", *names, "--reference", str(fp32_ir), *window_args)
-    results = json.loads(report.read_text())["results"]
+    results = evaluate(outs, fp32_ir, windows=args.windows, json=report).results
     print(f"{'row':20} {'ppl':>8} {'kl':>8} {'top1':>7} {'wall s':>7} {'maxrss GiB':>10}")
     for name, m in results.items():
         run = memory.get(name, {"wall_s": "", "maxrss_gib": ""})

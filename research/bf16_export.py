@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,22 +26,17 @@ def bf16_checkpoint(work: Path) -> Path:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from nncf_hqq.llm import models
+    from nncf_hqq.llm import zoo
 
     out = work / "smollm2-bf16"
     if (out / "config.json").is_file():
         return out
-    source = models.smollm2_hf_dir()
+    source = zoo.smollm2_hf_dir()
     AutoModelForCausalLM.from_pretrained(source, dtype=torch.bfloat16).save_pretrained(out)
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"):
         if (source / name).is_file():
             shutil.copy(source / name, out / name)
     return out
-
-
-def cli(*argv: str) -> None:
-    command = str(Path(sys.executable).parent / "nncf-hqq")
-    subprocess.run([command, *argv], check=True, stdout=subprocess.DEVNULL)
 
 
 def main() -> int:
@@ -52,23 +45,23 @@ def main() -> int:
     p.add_argument("--windows", type=int, default=40)
     p.add_argument("--json", type=Path, default=Path("results/bf16_export.json"))
     args = p.parse_args()
-    from nncf_hqq.llm import models
+    from nncf_hqq.llm import compress
+    from nncf_hqq.llm import evaluate
+    from nncf_hqq.llm.export import export_to_openvino
 
     checkpoint = bf16_checkpoint(args.work)
     fp32_ir = args.work / "fp32-ir"
     if not fp32_ir.is_dir():
-        models.export_to_openvino(checkpoint, fp32_ir, dtype="fp32")
+        export_to_openvino(checkpoint, fp32_ir, dtype="fp32")
     rows = {}
-    for recipe, options in {"self-calibrated": [], "data-free": ["--no-self-calibration"]}.items():
+    for recipe, self_calibration in {"self-calibrated": True, "data-free": False}.items():
         for export, source in {"bf16 export": checkpoint, "fp32 export": fp32_ir}.items():
             out = args.work / f"{recipe}-{export.split()[0]}"
             if not (out / "openvino_model.xml").is_file():
-                cli("compress", str(source), str(out), "--group-size", "64", *options)
+                compress(source, out, group_size=64, self_calibration=self_calibration)
             rows[f"{recipe}, {export}"] = out
     report = args.work / "evaluate.json"
-    names = [f"{name}={path}" for name, path in rows.items()]
-    cli("evaluate", *names, "--reference", str(fp32_ir), "--windows", str(args.windows), "--json", str(report))
-    results = json.loads(report.read_text())["results"]
+    results = evaluate(rows, fp32_ir, windows=args.windows, json=report).results
     print(f"{'row':34} {'ppl':>8} {'kl':>8} {'top1':>7}")
     for name, m in results.items():
         print(f"{name:34} {m['ppl']:8.3f} {m['kl']:8.4f} {m['top1']:7.4f}")

@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 import openvino as ov
 
-from nncf_hqq.llm.evaluation import llm_inputs
-from nncf_hqq.llm.models import ir_xml
-from nncf_hqq.llm.models import qwen_ov_dir
-from nncf_hqq.llm.models import smollm2_ov_dir
+from nncf_hqq.llm.layout import ir_xml
 from nncf_hqq.llm.sanity import generation_bos_token_id
+from nncf_hqq.llm.texts import llm_inputs
+from nncf_hqq.llm.zoo import qwen_ov_dir
+from nncf_hqq.llm.zoo import smollm2_ov_dir
 from nncf_hqq.self_calibration import SELF_CALIBRATION_DEFAULT
 from nncf_hqq.self_calibration import generate_sequences
 

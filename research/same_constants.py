@@ -104,9 +104,9 @@ def compress_in_child(code_root: Path, xml: Path, out: Path, group_size: int, ca
 
 def model_xml(name: str) -> tuple[Path, int]:
     sys.path.insert(0, str(ROOT))
-    from nncf_hqq.llm.models import ir_xml
-    from nncf_hqq.llm.models import qwen_ov_dir
-    from nncf_hqq.llm.models import smollm2_ov_dir
+    from nncf_hqq.llm.layout import ir_xml
+    from nncf_hqq.llm.zoo import qwen_ov_dir
+    from nncf_hqq.llm.zoo import smollm2_ov_dir
 
     return (ir_xml(smollm2_ov_dir()), 64) if name == "smollm2" else (ir_xml(qwen_ov_dir()), 128)
 

@@ -1,12 +1,13 @@
-"""Which zero-point format suits which CPU: /proc/cpuinfo parsing, the CPU kinds and nncf-hqq compress's note."""
+"""Tests of nncf_hqq.llm.cpu, which zero-point format suits which CPU: /proc/cpuinfo parsing, the CPU kinds and the
+compress job's note."""
 
 from __future__ import annotations
 
 import pytest
 
-from nncf_hqq.llm import cli
+from nncf_hqq.llm import compress_job
 from nncf_hqq.llm import cpu
-from nncf_hqq.llm.workflows import CompressionOptions
+from nncf_hqq.llm.options import CompressionOptions
 
 SAPPHIRE_RAPIDS = """processor\t: 0
 model name\t: Intel(R) Xeon(R) Platinum 8480+
@@ -83,9 +84,8 @@ def test_integer_zero_points_need_no_advice(text: str) -> None:
     ],
 )
 def test_compress_notes_the_zero_point_for_this_cpu(
-    options: CompressionOptions, noted: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    options: CompressionOptions, noted: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cpu, "this_cpu", lambda: cpu.parse_cpuinfo(EPYC))
-    cli._zero_point_note(options)
-    err = capsys.readouterr().err
-    assert ("AMD EPYC 9654" in err) == noted
+    monkeypatch.setattr(compress_job, "this_cpu", lambda: cpu.parse_cpuinfo(EPYC))
+    note = compress_job.zero_point_note(options)
+    assert (note is not None and "AMD EPYC 9654" in note) == noted

@@ -20,13 +20,16 @@ import pytest
 
 from nncf_hqq.llm import cli
 from nncf_hqq.llm import encoders
-from nncf_hqq.llm import evaluation
-from nncf_hqq.llm import models
-from nncf_hqq.llm import workflows
-from nncf_hqq.llm.workflows import CompressionOptions
+from nncf_hqq.llm import export
+from nncf_hqq.llm import layout
+from nncf_hqq.llm.evaluation import compile_model
+from nncf_hqq.llm.options import ZERO_POINT_FORMATS
+from nncf_hqq.llm.options import CompressionOptions
 from nncf_hqq.parameters import HQQ_REFERENCE
-from tests.test_cli import PNG_MAGIC
-from tests.test_cli import run_cli
+from tests.llm_helpers import PNG_MAGIC
+from tests.llm_helpers import perturbed
+from tests.llm_helpers import run_cli
+from tests.llm_helpers import word_level_tokenizer
 
 WORDS = 60
 HIDDEN = 64
@@ -171,7 +174,7 @@ def bert_compressed(bert_dir: Path, tmp_path_factory: pytest.TempPathFactory) ->
 def bert_float_ir(bert_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The float IR of the BERT sentence-transformers dir, exported as ``compress`` exports it."""
     out = tmp_path_factory.mktemp("bert_fp") / "fp"
-    return models.export_to_openvino(bert_dir, out, models.ENCODER_TASK, models.SENTENCE_TRANSFORMERS)
+    return export.export_to_openvino(bert_dir, out, export.ENCODER_TASK, export.SENTENCE_TRANSFORMERS)
 
 
 def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -192,7 +195,7 @@ def test_bert_sentence_transformer_is_compressed_data_free_and_loads_with_optimu
     assert f"the encoder recipe is {encoders.ENCODER_DATA_FREE.name}" in err
     assert "Self-calibration" not in err and "Output check" not in err
     assert "OVSentenceTransformer" in out
-    record = json.loads((out_dir / workflows.RECORD_NAME).read_text())
+    record = json.loads((out_dir / layout.RECORD_NAME).read_text())
     assert record["encoder"] == {
         "recipe": encoders.ENCODER_DATA_FREE.name,
         "task": "feature-extraction",
@@ -202,11 +205,11 @@ def test_bert_sentence_transformer_is_compressed_data_free_and_loads_with_optimu
     assert record["options"]["awq"] == encoders.ENCODER_DATA_FREE.awq
     assert record["options"]["hqq"] == encoders.ENCODER_DATA_FREE.hqq
     assert record["self_calibration"] is None and record["dataset"] is None
-    model = ov.Core().read_model(out_dir / workflows.MODEL_XML)
+    model = ov.Core().read_model(out_dir / layout.MODEL_XML)
     outputs = {name for port in model.outputs for name in port.get_names()}
     assert {"token_embeddings", "sentence_embedding"} <= outputs and "logits" not in outputs
     assert ov.Type.f16 in {op.get_element_type() for op in model.get_ops() if "zero_point" in op.get_friendly_name()}
-    assert (out_dir / workflows.TOKENIZER_XML).is_file() and not (out_dir / workflows.DETOKENIZER_XML).exists()
+    assert (out_dir / layout.TOKENIZER_XML).is_file() and not (out_dir / layout.DETOKENIZER_XML).exists()
     embeddings = OVSentenceTransformer.from_pretrained(out_dir).encode(SENTENCES)
     float_embeddings = SentenceTransformer(str(bert_dir)).encode(SENTENCES)
     assert embeddings.shape == (len(SENTENCES), HIDDEN)
@@ -225,7 +228,7 @@ def test_gemma3_sentence_transformer_keeps_pooling_dense_and_normalize(
     assert "as feature-extraction (sentence-transformers" in err
     if encoders.ENCODER_DATA_FREE.awq:
         assert "No matching patterns" not in err  # data-free AWQ finds Gemma's gated MLPs
-    model = ov.Core().read_model(out_dir / workflows.MODEL_XML)
+    model = ov.Core().read_model(out_dir / layout.MODEL_XML)
     outputs = {name for port in model.outputs for name in port.get_names()}
     assert "logits" not in outputs and model.output("sentence_embedding").get_partial_shape()[-1] == DENSE_OUT
     reference = SentenceTransformer(str(gemma_dir))
@@ -296,18 +299,17 @@ def test_classifier_exports_its_encoder_with_task_feature_extraction(
 
 def test_causal_lm_still_takes_the_llm_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from nncf_hqq.self_calibration import check_generative
-    from tests.test_evaluation import _word_level_tokenizer
     from tests.tiny_families import save_tiny_family
 
-    hf_dir = save_tiny_family("llama", tmp_path / "hf", _word_level_tokenizer())
-    expected = models.ExportTask("text-generation", "transformers", "architecture LlamaForCausalLM")
-    assert models.infer_export_task(hf_dir) == expected
+    hf_dir = save_tiny_family("llama", tmp_path / "hf", word_level_tokenizer())
+    expected = export.ExportTask("text-generation", "transformers", "architecture LlamaForCausalLM")
+    assert export.infer_export_task(hf_dir) == expected
     _, err = _compress([hf_dir, tmp_path / "out", "--group-size", "64", "--no-self-calibration"], capsys)
     assert "as text-generation (transformers; architecture LlamaForCausalLM)" in err
     assert "Encoder:" not in err
-    record = json.loads((tmp_path / "out" / workflows.RECORD_NAME).read_text())
+    record = json.loads((tmp_path / "out" / layout.RECORD_NAME).read_text())
     assert "encoder" not in record
-    assert check_generative(ov.Core().read_model(tmp_path / "out" / workflows.MODEL_XML)) > 0
+    assert check_generative(ov.Core().read_model(tmp_path / "out" / layout.MODEL_XML)) > 0
 
 
 def test_encoder_calibrated_on_text_lines(
@@ -319,7 +321,7 @@ def test_encoder_calibrated_on_text_lines(
     )
     assert f"the encoder recipe is {encoders.ENCODER_CALIBRATED.name}" in err and "8 random lines" in err
     assert "AWQ, Scale Estimation, HQQ" in out
-    record = json.loads((out_dir / workflows.RECORD_NAME).read_text())
+    record = json.loads((out_dir / layout.RECORD_NAME).read_text())
     assert record["encoder"]["calibration_lines"] == 8 and record["options"]["scale_estimation"] is True
     code, _, err = run_cli(["compress", bert_float_ir, tmp_path / "se", "--scale-estimation"], capsys)
     assert code == 2 and "an encoder cannot generate it: add --dataset" in err
@@ -340,17 +342,44 @@ def test_encoder_recipe_applies_where_the_command_line_leaves_it_open() -> None:
     reference = encoders.with_recipe(default, encoders.EncoderRecipe("HQQ_REFERENCE", hqq_params=HQQ_REFERENCE))
     assert reference.hqq_params() == HQQ_REFERENCE and not reference.awq
     integer = dataclasses.replace(reference, zero_point="int").hqq_params()
-    assert integer == HQQ_REFERENCE.replace(zero_point_format=workflows.ZERO_POINT_FORMATS["int"])
+    assert integer == HQQ_REFERENCE.replace(zero_point_format=ZERO_POINT_FORMATS["int"])
     assert not encoders.with_recipe(default, encoders.EncoderRecipe("RTN", hqq=False)).hqq
 
 
 # --------------------------------------------------------------------------------------------------------------------
 # evaluate
 # --------------------------------------------------------------------------------------------------------------------
+def test_embedding_cosine_on_a_tiny_bert(tmp_path: Path) -> None:
+    pytest.importorskip("optimum.intel")
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    tokenizers = pytest.importorskip("tokenizers")
+    vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", *(f"w{i}" for i in range(50))])}
+    backend = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = tokenizers.pre_tokenizers.WhitespaceSplit()
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]", pad_token="[PAD]")
+    torch.manual_seed(0)
+    config = transformers.BertConfig(
+        vocab_size=len(vocab), hidden_size=64, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
+    )
+    transformers.BertModel(config).eval().save_pretrained(tmp_path / "hf")
+    tokenizer.save_pretrained(tmp_path / "hf")
+    ir_dir = export.export_encoder_to_openvino(tmp_path / "hf", tmp_path / "ov")
+    lines = ["w1 w2 w3", "w4 w5", "w6 w7 w8 w9 w10 w11", "w3"]
+    assert encoders.embedding_cosine(ir_dir, ir_dir, tokenizer, lines) == pytest.approx(1.0, abs=1e-9)
+    noisy = encoders.embedding_cosine(ir_dir, perturbed(ir_dir, rel_noise=1.0), tokenizer, lines)
+    assert 0.0 < noisy < 0.9999
+    # padding must not change a line's embedding: pooled alone == pooled in a padded batch
+    compiled = compile_model(ir_dir, encoders.ENCODER_CONFIG)
+    together = encoders.mean_pooled(compiled, tokenizer, lines)
+    alone = np.concatenate([encoders.mean_pooled(compiled, tokenizer, [line]) for line in lines])
+    np.testing.assert_allclose(together, alone, rtol=1e-5, atol=1e-6)
+
+
 def test_nearest_neighbours_and_row_cosines() -> None:
     embeddings = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
-    assert evaluation.nearest_neighbours(embeddings).tolist() == [1, 0, 3, 2]
-    assert evaluation.cosine_rows(embeddings, 2 * embeddings) == pytest.approx(np.ones(4))
+    assert encoders.nearest_neighbours(embeddings).tolist() == [1, 0, 3, 2]
+    assert encoders.cosine_rows(embeddings, 2 * embeddings) == pytest.approx(np.ones(4))
 
 
 def test_evaluate_encoders_prints_a_table_and_writes_json_and_png(

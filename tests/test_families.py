@@ -15,11 +15,11 @@ from typing import Any
 import openvino as ov
 import pytest
 
-from nncf_hqq.llm import models
-from nncf_hqq.llm import workflows
-from tests.test_cli import generate
-from tests.test_cli import run_cli
-from tests.test_evaluation import _word_level_tokenizer
+from nncf_hqq.llm import export
+from nncf_hqq.llm import layout
+from tests.llm_helpers import generate
+from tests.llm_helpers import run_cli
+from tests.llm_helpers import word_level_tokenizer
 from tests.tiny_families import FAMILIES
 from tests.tiny_families import save_tiny_family
 
@@ -40,7 +40,7 @@ def _family_params() -> list[Any]:
 
 @pytest.fixture(scope="module")
 def tokenizer() -> Any:
-    return _word_level_tokenizer()
+    return word_level_tokenizer()
 
 
 def compressed_weights(model: ov.Model) -> dict[str, tuple[int, ov.Type]]:
@@ -62,9 +62,9 @@ def test_family_exports_compresses_with_hqq_and_generates(
     out_dir = tmp_path / "int4_hqq"
     code, _, err = run_cli(["compress", hf_dir, out_dir, "--group-size", "64"], capsys)
     assert code == 0, err
-    record = json.loads((out_dir / workflows.RECORD_NAME).read_text())
+    record = json.loads((out_dir / layout.RECORD_NAME).read_text())
     assert record["options"]["hqq"] is True
-    weights = compressed_weights(ov.Core().read_model(out_dir / workflows.MODEL_XML))
+    weights = compressed_weights(ov.Core().read_model(out_dir / layout.MODEL_XML))
     float_zero_points = {name for name, (_, zero_point) in weights.items() if zero_point == ov.Type.f16}
     assert float_zero_points, "HQQ wrote no float zero point"
     experts = {name for name, (rank, _) in weights.items() if rank == 4}  # 3D weights, grouped: [E, out, groups, g]
@@ -102,21 +102,21 @@ def test_family_that_cannot_be_exported_is_refused_in_one_line(
 
 
 def test_every_matrix_family_is_exportable_with_the_installed_stack() -> None:
-    assert {family: models.export_obstacle(family) for family in FAMILIES} == dict.fromkeys(FAMILIES)
+    assert {family: export.export_obstacle(family) for family in FAMILIES} == dict.fromkeys(FAMILIES)
 
 
 def test_routers_are_compressed_on_request_and_ignore_patterns_keep_layers_float(
     tokenizer: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     hf_dir = save_tiny_family("qwen3_moe", tmp_path / "hf", tokenizer)
-    ir_dir = models.export_to_openvino(hf_dir, tmp_path / "ir")
+    ir_dir = export.export_to_openvino(hf_dir, tmp_path / "ir")
     code, _, err = run_cli(["compress", ir_dir, tmp_path / "all", "--group-size", "64", "--quantize-routers"], capsys)
     assert code == 0, err
     assert (
         len(
             [
                 n
-                for n in compressed_weights(ov.Core().read_model(tmp_path / "all" / workflows.MODEL_XML))
+                for n in compressed_weights(ov.Core().read_model(tmp_path / "all" / layout.MODEL_XML))
                 if "mlp.gate." in n
             ]
         )
@@ -125,7 +125,7 @@ def test_routers_are_compressed_on_request_and_ignore_patterns_keep_layers_float
     args = ["compress", ir_dir, tmp_path / "ignored", "--group-size", "64", "--ignore", r".*layers\.1\.self_attn\..*"]
     code, _, err = run_cli(args, capsys)
     assert code == 0, err
-    names = compressed_weights(ov.Core().read_model(tmp_path / "ignored" / workflows.MODEL_XML))
+    names = compressed_weights(ov.Core().read_model(tmp_path / "ignored" / layout.MODEL_XML))
     assert not [n for n in names if "layers.1.self_attn." in n or "mlp.gate." in n]
     assert [n for n in names if "layers.0.self_attn." in n]
     code, _, err = run_cli(["compress", ir_dir, tmp_path / "typo", "--ignore", "no_such_layer_.*"], capsys)
@@ -141,7 +141,7 @@ def test_moe_family_with_split_zero_points_keeps_no_float_zero_point_and_generat
     out_dir = tmp_path / "int4_split"
     code, _, err = run_cli(["compress", hf_dir, out_dir, "--group-size", "64", "--zero-point", "split"], capsys)
     assert code == 0, err
-    model = ov.Core().read_model(out_dir / workflows.MODEL_XML)
+    model = ov.Core().read_model(out_dir / layout.MODEL_XML)
     weights = compressed_weights(model)
     experts = {name for name, (rank, _) in weights.items() if rank == 4}
     assert len(experts) == 3 * 2

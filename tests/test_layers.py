@@ -26,6 +26,21 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("tooling", ("nncf_hqq.llm",)),
 ]
 
+#: The tooling's own layers, bottom to top (``nncf_hqq.llm.NAME``): a module of ``nncf_hqq.llm`` imports modules of
+#: its own layer or of lower ones. The package itself re-exports the jobs (lazily), on top.
+LLM_LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("foundations", ("timing", "cpu", "staging", "logs", "layout", "records")),
+    ("inputs", ("export", "texts", "reports")),
+    ("options, models and metrics", ("options", "zoo", "evaluation")),
+    ("checks", ("sanity", "memory", "encoders")),
+    ("steps", ("compression", "source")),
+    ("stages", ("output_check", "writing")),
+    ("jobs", ("compress_job", "evaluate_job")),
+    ("demo", ("demo",)),
+    ("command line", ("cli",)),
+    ("package", ("",)),
+]
+
 #: NNCF modules any layer may import: the public package, its backend-agnostic tensors, its logger and the
 #: public advanced-parameters module. Everything else of NNCF is internal and only ``nncf_hqq._nncf`` imports it.
 PUBLIC_NNCF = ("nncf", "nncf.tensor", "nncf.common.logging", "nncf.quantization.advanced_parameters")
@@ -144,3 +159,26 @@ def test_the_layer_check_sees_function_level_imports(tmp_path: Path) -> None:
     path.write_text("def f():\n    from nncf_hqq.integration import weight_compression_with_hqq\n")
     assert "nncf_hqq.integration" in imports_of(path)
     assert layer_of("nncf_hqq.integration") > layer_of("nncf_hqq.hqq")
+
+
+def llm_layer_of(module: str) -> int:
+    name = module.removeprefix("nncf_hqq.llm").removeprefix(".")
+    for index, (_, names) in enumerate(LLM_LAYERS):
+        if name in names:
+            return index
+    pytest.fail(f"module {module} belongs to no layer of the tooling; add it to LLM_LAYERS")
+
+
+LLM_MODULES = sorted(m for m in MODULES if m == "nncf_hqq.llm" or m.startswith("nncf_hqq.llm."))
+
+
+@pytest.mark.parametrize("module", LLM_MODULES)
+def test_the_tooling_imports_only_downwards(module: str) -> None:
+    own = [m for m in OWN_IMPORTS[module] if m in LLM_MODULES and m != module]
+    upward = [m for m in own if llm_layer_of(m) > llm_layer_of(module)]
+    assert not upward, f"{module} ({LLM_LAYERS[llm_layer_of(module)][0]}) imports higher tooling: {sorted(upward)}"
+
+
+def test_every_tooling_module_has_a_layer() -> None:
+    listed = {f"nncf_hqq.llm.{name}" if name else "nncf_hqq.llm" for _, names in LLM_LAYERS for name in names}
+    assert listed == set(LLM_MODULES)

@@ -1,18 +1,22 @@
-"""Memory estimates of ``compress``'s phases, and the refusal of a phase that cannot fit, before anything starts."""
+"""Tests of nncf_hqq.llm.memory: the estimates of the compress and evaluate jobs' phases, and the refusal of a phase
+that cannot fit, before anything starts (by the jobs, naming the options that fit)."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from nncf_hqq.llm import cli
+from nncf_hqq.llm import compress
+from nncf_hqq.llm import compress_job
 from nncf_hqq.llm import memory
-from nncf_hqq.llm.workflows import CompressionOptions
+from nncf_hqq.llm import source
+from nncf_hqq.self_calibration import SELF_CALIBRATION_DEFAULT
 from tests.ov_models import HIDDEN
 from tests.ov_models import VOCAB
 from tests.ov_models import transformer_like
@@ -90,7 +94,11 @@ def test_kv_cache_and_logits_of_a_decoder() -> None:
     phi = memory.DecoderShape(layers=32, kv_heads=32, head_dim=96, vocabulary=32064)
     assert phi.kv_bytes_per_token() == 2 * 32 * 32 * 96 * 4
     # 32 sequences of 128 tokens: 3 GiB of f32 keys and values, and the logits of a 17-token first request each
-    assert phi.working_bytes(32, 17) == 32 * 128 * 786_432 + 32 * 17 * 32064 * 4
+    assert phi.working_bytes(32, 128, 17) == 32 * 128 * 786_432 + 32 * 17 * 32064 * 4
+
+
+GENERATION = SELF_CALIBRATION_DEFAULT
+HELD_OUT = 8
 
 
 @pytest.mark.parametrize(
@@ -116,20 +124,22 @@ def test_kv_cache_and_logits_of_a_decoder() -> None:
     ],
 )
 def test_phases(export: bool, self_calibration: bool, output_check: bool, phases: list[str]) -> None:
-    estimates = memory.compress_estimates(SEVEN_B, export, self_calibration, output_check)
+    generation = GENERATION if self_calibration else None
+    estimates = memory.compress_estimates(SEVEN_B, export, generation, HELD_OUT if output_check else 0)
     assert [e.phase for e in estimates] == phases
 
 
 def test_seven_b_estimates() -> None:
     """A bf16 7B checkpoint: the float model compiled is its packed bf16 weights (the weights file's pages dropped
     meanwhile) and its KV cache; every phase fits 24 GB."""
-    by_phase = {e.phase: e.total / GIB for e in memory.compress_estimates(SEVEN_B, True, True, True)}
-    generation = SEVEN_B.stored_bytes + QWEN_7B.working_bytes(32, 17)
+    by_phase = {e.phase: e.total / GIB for e in memory.compress_estimates(SEVEN_B, True, GENERATION, HELD_OUT)}
+    generation = SEVEN_B.stored_bytes + QWEN_7B.working_bytes(32, 128, 17)
     assert by_phase["self-calibration text"] == pytest.approx(generation / GIB + 0.8, rel=1e-9)
-    assert by_phase["statistics"] == pytest.approx((SEVEN_B.stored_bytes + QWEN_7B.working_bytes(1, 128)) / GIB + 0.8)
+    statistics = SEVEN_B.stored_bytes + QWEN_7B.working_bytes(1, 128, 128)
+    assert by_phase["statistics"] == pytest.approx(statistics / GIB + 0.8)
     assert by_phase["export"] == pytest.approx(15_231_233_024 / GIB + 0.8, rel=1e-9)
     assert by_phase["compression"] == pytest.approx(1.1 * SEVEN_B.stored_bytes / GIB + 0.8, rel=1e-6)  # measured
-    data_free = {e.phase: e.total / GIB for e in memory.compress_estimates(SEVEN_B, True, False, False)}
+    data_free = {e.phase: e.total / GIB for e in memory.compress_estimates(SEVEN_B, True, None, 0)}
     assert data_free["compression"] < 12
     # the output check never holds the float model beside a candidate: it needs no more than self-calibration
     assert by_phase["output check reference"] <= by_phase["self-calibration text"]
@@ -137,58 +147,90 @@ def test_seven_b_estimates() -> None:
     assert max(by_phase.values()) < 17
 
 
+def test_more_generated_sequences_need_more_memory() -> None:
+    more = GENERATION.replace(num_samples=64)
+    generating = {e.phase: e.total for e in memory.compress_estimates(SEVEN_B, False, more, 0)}
+    default = {e.phase: e.total for e in memory.compress_estimates(SEVEN_B, False, GENERATION, 0)}
+    assert generating["self-calibration text"] - default["self-calibration text"] == QWEN_7B.working_bytes(32, 128, 17)
+
+
 def test_without_a_config_the_float_model_is_its_weights() -> None:
     size = dataclasses.replace(SEVEN_B, decoder=None)
-    by_phase = {e.phase: e.total for e in memory.compress_estimates(size, False, True, True)}
+    by_phase = {e.phase: e.total for e in memory.compress_estimates(size, False, GENERATION, HELD_OUT)}
     assert by_phase["self-calibration text"] == size.stored_bytes + memory.BASELINE_BYTES
 
 
-def _args(**overrides: object) -> argparse.Namespace:
-    values: dict[str, object] = {
-        "model": "/models/qwen",
-        "dataset": None,
-        "no_self_calibration": False,
-        "no_output_check": False,
-        "no_memory_check": False,
-    }
-    values.update(overrides)
-    return argparse.Namespace(**values)
-
-
-@pytest.fixture
-def seven_b_hf(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(cli, "model_size", lambda model: (SEVEN_B, True))
-    monkeypatch.setattr(
-        cli.workflows,
-        "export_task",
-        lambda model, task: cli.models.ExportTask(cli.models.LLM_TASK, "transformers", "test"),
-    )
-
-
-@pytest.mark.usefixtures("seven_b_hf")
 @pytest.mark.parametrize(
-    ("available_gib", "overrides", "refused", "suggested"),
+    ("available_gib", "self_calibration", "refuse", "suggested"),
     [
-        pytest.param(64, {}, False, None, id="fits"),
-        pytest.param(23, {}, False, None, id="7b-on-24gb"),
-        pytest.param(15.5, {}, True, "--no-self-calibration (data-free) fits", id="7b-on-16gb"),
-        pytest.param(15.5, {"no_self_calibration": True}, False, None, id="7b-data-free-on-16gb"),
-        pytest.param(15.5, {"no_memory_check": True}, False, None, id="check-off"),
-        pytest.param(13, {"no_self_calibration": True}, True, "export the model on a larger machine", id="export"),
+        pytest.param(64, True, True, None, id="fits"),
+        pytest.param(23, True, True, None, id="7b-on-24gb"),
+        pytest.param(15.5, True, True, "--no-self-calibration (data-free) fits", id="7b-on-16gb"),
+        pytest.param(15.5, False, True, None, id="7b-data-free-on-16gb"),
+        pytest.param(15.5, True, False, None, id="check-off"),
+        pytest.param(13, False, True, "export the model on a larger machine", id="export"),
     ],
 )
 def test_refusal(
-    monkeypatch: pytest.MonkeyPatch, available_gib: float, overrides: dict[str, object], refused: bool, suggested: str
+    monkeypatch: pytest.MonkeyPatch, available_gib: float, self_calibration: bool, refuse: bool, suggested: str
 ) -> None:
     monkeypatch.setattr(memory, "available_bytes", lambda: int(available_gib * GIB))
-    options = CompressionOptions()
-    if not refused:
-        cli.check_compress_memory(_args(**overrides), options, None)
+    generation, held_out = (GENERATION, HELD_OUT) if self_calibration else (None, 0)
+    lines: list[str] = []
+    arguments = ("/models/qwen", SEVEN_B, True, generation, held_out, lines.append)
+    if suggested is None:
+        memory.check_compress_memory(*arguments, refuse=refuse)
+        assert lines[0].startswith("memory: ")
         return
-    with pytest.raises(cli.NotEnoughMemoryError, match="not enough memory for /models/qwen") as info:
-        cli.check_compress_memory(_args(**overrides), options, None)
-    assert suggested in str(info.value)
-    assert "--no-memory-check" in str(info.value)
+    with pytest.raises(memory.NotEnoughMemoryError, match="not enough memory for /models/qwen") as info:
+        memory.check_compress_memory(*arguments, refuse=refuse)
+    assert suggested in info.value.for_command_line()
+    assert "--no-memory-check" in info.value.for_command_line() and "memory_check=False" in str(info.value)
+
+
+class ReachedError(Exception):
+    """The compress job got past its memory check."""
+
+
+@pytest.fixture
+def seven_b_hf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A HF dir of Qwen2.5-7B's size (no weights: the job stops after its memory check, at ``ReachedError``)."""
+    pytest.importorskip("optimum.intel")
+    hf = tmp_path / "qwen"
+    hf.mkdir()
+    (hf / "config.json").write_text(json.dumps({"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"]}))
+    monkeypatch.setattr(source.ModelSource, "size", lambda self: SEVEN_B)
+
+    def reached(*args: Any) -> None:
+        raise ReachedError
+
+    monkeypatch.setattr(compress_job, "opened", reached)
+    monkeypatch.setattr(memory, "available_bytes", lambda: int(15.5 * GIB))
+    return hf
+
+
+@pytest.mark.parametrize(
+    ("options", "refused"),
+    [
+        pytest.param({}, True, id="self-calibrated"),
+        pytest.param({"self_calibration": False}, False, id="data-free"),
+        pytest.param({"memory_check": False}, False, id="check-off"),
+        pytest.param({"dataset": "text"}, False, id="calibrated-on-a-dataset"),
+        pytest.param({"hqq": False}, False, id="rtn"),
+    ],
+)
+def test_the_job_estimates_the_phases_its_options_run(
+    seven_b_hf: Path, tmp_path: Path, options: dict[str, Any], refused: bool
+) -> None:
+    if "dataset" in options:
+        (tmp_path / "text").write_text("w1 w2")
+        options = {"dataset": tmp_path / "text", "awq": True}
+    expected = memory.NotEnoughMemoryError if refused else ReachedError
+    with pytest.raises(expected) as info:
+        compress(seven_b_hf, tmp_path / "out", log=lambda _: None, **options)
+    if refused:
+        assert "self_calibration=False (data-free) fits" in str(info.value)
+    assert not (tmp_path / "out").exists()
 
 
 def test_refused_before_anything_is_written(
@@ -248,13 +290,14 @@ def test_evaluate_refusal(
     stored_f32 = dataclasses.replace(SEVEN_B, stored_bytes=4 * SEVEN_B.parameters)  # bf16 inference halves it
     monkeypatch.setattr(memory, "ir_size", lambda model: stored_f32)
     monkeypatch.setattr(memory, "available_bytes", lambda: int(available_gib * GIB))
-    args = argparse.Namespace(inference_precision=precision, no_memory_check=False)
+    arguments = (tmp_path / "fp.xml", [tmp_path / "q.xml"], precision, lambda _: None)
     if expected is None:
-        cli.check_evaluate_memory(args, tmp_path / "fp.xml", [tmp_path / "q.xml"])
+        assert memory.check_evaluate_memory(*arguments) is not None
         return
-    with pytest.raises(cli.NotEnoughMemoryError, match="not enough memory to evaluate") as info:
-        cli.check_evaluate_memory(args, tmp_path / "fp.xml", [tmp_path / "q.xml"])
-    assert expected in str(info.value)
+    with pytest.raises(memory.NotEnoughMemoryError, match="not enough memory to evaluate") as info:
+        memory.check_evaluate_memory(*arguments)
+    assert expected in info.value.for_command_line()
+    assert memory.check_evaluate_memory(*arguments, refuse=False) is not None
 
 
 def test_evaluate_compiles_every_model_with_the_given_config(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -280,12 +323,11 @@ def test_evaluate_compiles_every_model_with_the_given_config(monkeypatch: pytest
     assert seen == [config, config]
 
 
-def test_an_unreadable_ir_is_left_to_the_command_to_report(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_an_unreadable_ir_is_left_to_the_job_to_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "openvino_model.xml").write_text("<net/>")
     monkeypatch.setattr(memory, "available_bytes", lambda: 1)
-    args = argparse.Namespace(inference_precision="f32", no_memory_check=False, model=str(tmp_path))
-    cli.check_evaluate_memory(args, tmp_path, [tmp_path])
-    cli.check_compress_memory(_args(model=str(tmp_path)), CompressionOptions(), None)
-    assert capsys.readouterr().err.count("memory: not estimated") == 2
+    lines: list[str] = []
+    assert memory.check_evaluate_memory(tmp_path, [tmp_path], "f32", lines.append) is None
+    with pytest.raises(RuntimeError):  # reading the model for compression says why
+        compress(tmp_path, tmp_path / "out", log=lines.append)
+    assert [line.split(" (")[0] for line in lines] == ["memory: not estimated"] * 2

@@ -12,10 +12,8 @@ import numpy as np
 import pytest
 
 from nncf_hqq.llm import sanity
-from nncf_hqq.llm import workflows
-from tests.test_cli import run_cli
-from tests.test_evaluation import text_path  # noqa: F401  (fixture)
-from tests.test_evaluation import tiny_llm  # noqa: F401  (fixture)
+from nncf_hqq.llm.layout import is_ir_dir
+from tests.llm_helpers import run_cli
 
 VOCAB = 4096
 BOS = 1
@@ -80,7 +78,7 @@ def test_no_bos_warning_without_evidence(ids: np.ndarray, bos: int | None, sharp
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# Through the command line, with the tiny exported Llama of tests/test_evaluation.py
+# Through the command line, with the tiny exported Llama of tests/conftest.py
 # --------------------------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def character_tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -97,8 +95,8 @@ def character_tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_evaluate_warns_about_a_character_level_tokenizer(
-    tiny_llm: tuple[Path, Any],  # noqa: F811
-    text_path: Path,  # noqa: F811
+    tiny_llm: tuple[Path, Any],
+    text_path: Path,
     character_tokenizer_dir: Path,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
@@ -115,8 +113,8 @@ def test_evaluate_warns_about_a_character_level_tokenizer(
 
 
 def test_evaluate_with_the_models_tokenizer_warns_nothing(
-    tiny_llm: tuple[Path, Any],  # noqa: F811
-    text_path: Path,  # noqa: F811
+    tiny_llm: tuple[Path, Any],
+    text_path: Path,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -128,8 +126,8 @@ def test_evaluate_with_the_models_tokenizer_warns_nothing(
 
 
 def test_evaluate_warns_about_an_absurd_reference_perplexity(
-    tiny_llm: tuple[Path, Any],  # noqa: F811
-    text_path: Path,  # noqa: F811
+    tiny_llm: tuple[Path, Any],
+    text_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -142,8 +140,8 @@ def test_evaluate_warns_about_an_absurd_reference_perplexity(
 
 
 def test_compress_with_dataset_warns_about_a_character_level_tokenizer(
-    tiny_llm: tuple[Path, Any],  # noqa: F811
-    text_path: Path,  # noqa: F811
+    tiny_llm: tuple[Path, Any],
+    text_path: Path,
     character_tokenizer_dir: Path,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
@@ -152,4 +150,4 @@ def test_compress_with_dataset_warns_about_a_character_level_tokenizer(
     code, _, err = run_cli([*args, "--subset-size", "2", "--tokenizer", character_tokenizer_dir], capsys)
     assert code == 0, err
     assert [line for line in err.splitlines() if "warning:" in line and "tokens per character" in line]
-    assert workflows.is_ir_dir(tmp_path / "out")
+    assert is_ir_dir(tmp_path / "out")

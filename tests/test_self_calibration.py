@@ -1,7 +1,7 @@
 """Self-calibration (``nncf_hqq.self_calibration``) and ``compress_weights(..., dataset="self")``.
 
 The sampling maths is checked against exact distributions; the generation on the tiny exported Llama of
-tests/test_evaluation.py (needs the ``llm`` extra) against its own full-sequence logits: greedy generation (temperature
+tests/conftest.py (needs the ``llm`` extra) against its own full-sequence logits: greedy generation (temperature
 0) must pick, at every position, the argmax of the logits the model gives the finished sequence.
 """
 
@@ -24,10 +24,12 @@ from nncf.common.logging import nncf_logger
 
 import nncf_hqq
 from nncf_hqq import self_calibration as sc
+from nncf_hqq.llm import compression
 from nncf_hqq.llm import evaluation as ev
-from nncf_hqq.llm import models
+from nncf_hqq.llm.layout import ir_xml
+from nncf_hqq.llm.options import CompressionOptions
+from nncf_hqq.llm.options import render
 from tests.ov_models import transformer_like
-from tests.test_evaluation import tiny_llm  # noqa: F401  (fixture)
 
 TINY = sc.SelfCalibration(num_samples=4, seq_len=12, batch_size=3, seed=7)
 
@@ -138,10 +140,10 @@ def test_one_hot_rows_always_give_their_token() -> None:
 # Generation on the tiny exported Llama
 # --------------------------------------------------------------------------------------------------------------------
 def _tiny_model(tiny: tuple[Path, Any]) -> ov.Model:
-    return ov.Core().read_model(models.ir_xml(tiny[0]))
+    return ov.Core().read_model(ir_xml(tiny[0]))
 
 
-def test_greedy_generation_continues_with_the_argmax_of_the_models_own_logits(tiny_llm: tuple[Path, Any]) -> None:  # noqa: F811
+def test_greedy_generation_continues_with_the_argmax_of_the_models_own_logits(tiny_llm: tuple[Path, Any]) -> None:
     params = TINY.replace(temperature=0.0, start_token_ids=(1, 9))
     sequences = sc.generate_sequences(_tiny_model(tiny_llm), params)
     assert sequences.shape == (4, 12)
@@ -151,7 +153,7 @@ def test_greedy_generation_continues_with_the_argmax_of_the_models_own_logits(ti
         np.testing.assert_array_equal(row[2:], llm.logits(row)[1:-1].argmax(-1))
 
 
-def test_generation_continues_the_prompt_windows(tiny_llm: tuple[Path, Any]) -> None:  # noqa: F811
+def test_generation_continues_the_prompt_windows(tiny_llm: tuple[Path, Any]) -> None:
     text = tuple(range(20, 60))
     params = TINY.replace(temperature=0.0, start_token_ids=(1,), prompt_token_ids=text, prompt_len=4)
     sequences = sc.generate_sequences(_tiny_model(tiny_llm), params)
@@ -163,7 +165,7 @@ def test_generation_continues_the_prompt_windows(tiny_llm: tuple[Path, Any]) -> 
         np.testing.assert_array_equal(row[5:], llm.logits(row)[4:-1].argmax(-1))
 
 
-def test_generation_is_reproducible_and_depends_on_the_seed(tiny_llm: tuple[Path, Any]) -> None:  # noqa: F811
+def test_generation_is_reproducible_and_depends_on_the_seed(tiny_llm: tuple[Path, Any]) -> None:
     model = _tiny_model(tiny_llm)
     first = sc.generate_sequences(model, TINY)
     np.testing.assert_array_equal(first, sc.generate_sequences(model, TINY))
@@ -172,7 +174,7 @@ def test_generation_is_reproducible_and_depends_on_the_seed(tiny_llm: tuple[Path
     assert len(set(first[:, 0].tolist())) > 1, "random start tokens: the sequences should start differently"
 
 
-def test_dataset_holds_one_stateful_prefill_per_sequence(tiny_llm: tuple[Path, Any]) -> None:  # noqa: F811
+def test_dataset_holds_one_stateful_prefill_per_sequence(tiny_llm: tuple[Path, Any]) -> None:
     dataset = nncf_hqq.self_calibration_dataset(_tiny_model(tiny_llm), TINY)
     samples = list(dataset.get_inference_data())
     assert len(samples) == TINY.num_samples
@@ -216,7 +218,7 @@ SMALL_DATASET_WARNING = "Dataset contains only"
 
 @pytest.mark.parametrize("hqq", [True, False], ids=["hqq", "nncf"])
 def test_compress_weights_with_self_calibration_runs_awq_and_scale_estimation(
-    tiny_llm: tuple[Path, Any],  # noqa: F811
+    tiny_llm: tuple[Path, Any],
     hqq: bool,
 ) -> None:
     kwargs = {"mode": nncf.CompressWeightsMode.INT4_ASYM, "group_size": 32, "ratio": 1.0}
@@ -265,7 +267,7 @@ def test_a_default_subset_size_follows_the_generated_sequences(
     ],
 )
 def test_bad_dataset_requests_name_the_value(
-    tiny_llm: tuple[Path, Any],  # noqa: F811
+    tiny_llm: tuple[Path, Any],
     dataset: str,
     error: type[Exception],
     message: str,
@@ -276,7 +278,7 @@ def test_bad_dataset_requests_name_the_value(
     assert "u4" not in _compressed_types(model) and "u3" not in _compressed_types(model)
 
 
-def test_low_bit_modes_stay_data_free(tiny_llm: tuple[Path, Any]) -> None:  # noqa: F811
+def test_low_bit_modes_stay_data_free(tiny_llm: tuple[Path, Any]) -> None:
     with pytest.raises(nncf.ValidationError, match="cannot be combined with awq"):
         nncf.compress_weights(
             _tiny_model(tiny_llm), mode=nncf_hqq.LowBitMode.INT3_ASYM, group_size=32, dataset="self", awq=True, hqq=True
@@ -290,25 +292,24 @@ def test_torch_models_are_refused_with_self_calibration() -> None:
 
 
 def test_the_command_line_says_an_encoder_is_compressed_data_free() -> None:
-    from nncf_hqq.llm import workflows
-
-    obstacle = workflows.self_calibration_obstacle(workflows.CompressionOptions(), transformer_like())
-    assert obstacle is not None and "cannot generate" in obstacle and "--dataset" in obstacle
+    obstacle = compression.self_calibration_obstacle(CompressionOptions(), transformer_like())
+    assert obstacle is not None and "cannot generate" in obstacle
+    assert "--dataset TEXT_FILE" in render(obstacle, command_line=True)
+    assert "dataset=TEXT_FILE" in render(obstacle, command_line=False)
 
 
 def test_the_command_lines_self_calibrated_compression_logs_no_small_dataset_warning(
-    tiny_llm: tuple[Path, Any],  # noqa: F811
+    tiny_llm: tuple[Path, Any],
 ) -> None:
     """``nncf-hqq compress`` generates the text itself (``compress_timed``) and passes it as an ``nncf.Dataset``:
     its default ``subset_size`` follows the generated sequences there too."""
-    from nncf_hqq.llm import workflows
     from nncf_hqq.llm.timing import StepTimer
 
-    options = workflows.CompressionOptions(group_size=32, awq=True, scale_estimation=True, self_calibration=TINY)
+    options = CompressionOptions(group_size=32, awq=True, scale_estimation=True, self_calibration=TINY)
     assert options.nncf_kwargs()["subset_size"] == TINY.num_samples
-    assert workflows.CompressionOptions(subset_size=2, self_calibration=TINY).nncf_kwargs()["subset_size"] == 2
+    assert CompressionOptions(subset_size=2, self_calibration=TINY).nncf_kwargs()["subset_size"] == 2
     with nncf_warnings() as warnings:
-        compressed = workflows.compress_timed(_tiny_model(tiny_llm), options, timer=StepTimer(lambda _: None))
+        compressed = compression.compress_timed(_tiny_model(tiny_llm), options, timer=StepTimer(lambda _: None))
     assert "u4" in _compressed_types(compressed)
     assert not [w for w in warnings if SMALL_DATASET_WARNING in w]
 
@@ -327,11 +328,9 @@ def test_the_command_line_starts_generation_from_the_models_bos(
 ) -> None:
     import json
 
-    from nncf_hqq.llm import workflows
-
     for name, bos in files.items():
         (tmp_path / name).write_text(json.dumps({"bos_token_id": bos}))
-    options = workflows.self_calibrated(workflows.CompressionOptions(), tmp_path, 16)
+    options = compression.self_calibrated(CompressionOptions(), tmp_path, 16)
     assert options.self_calibration is not None
     assert options.self_calibration.start_token_ids == expected and options.self_calibration.num_samples == 16
     assert options.awq and options.scale_estimation
@@ -351,7 +350,7 @@ def test_the_command_line_starts_generation_from_the_models_bos(
     ],
 )
 def test_nncf_refuses_the_call_before_any_text_is_generated(
-    tiny_llm: tuple[Path, Any],  # noqa: F811
+    tiny_llm: tuple[Path, Any],
     hqq: bool,
     changes: dict[str, Any],
     error: type[Exception],

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import nncf_hqq  # noqa: E402, F401
-from nncf_hqq.llm import models  # noqa: E402
+from nncf_hqq.llm import zoo  # noqa: E402
 from tests.torch_models import dataset  # noqa: E402
 from tests.torch_models import input_ids  # noqa: E402
 from tests.torch_models import logits  # noqa: E402
@@ -116,8 +116,8 @@ def test_converted_torch_model_keeps_hqq_constants_and_matches_the_openvino_path
 def test_smollm2_weights_give_the_same_codes_on_both_paths() -> None:
     """SmolLM2-135M (the cached float HF checkpoint and its OpenVINO IR): every weight HQQ decides gets identical
     codes, scales and zero points on the Torch and the OpenVINO path (tied embeddings included, in INT8 RTN)."""
-    hf_dir = models.cache_dir() / "hf" / "SmolLM2-135M-Instruct"
-    ir = models.cache_dir() / "ov" / "SmolLM2-135M-Instruct" / "openvino_model.xml"
+    hf_dir = zoo.cache_dir() / "hf" / zoo.SMOLLM2
+    ir = zoo.cache_dir() / "ov" / zoo.SMOLLM2 / "openvino_model.xml"
     if not hf_dir.is_dir() or not ir.is_file():
         pytest.skip("SmolLM2 is not in the model cache (nncf-hqq demo builds it)")
     from transformers import AutoModelForCausalLM

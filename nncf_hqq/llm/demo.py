@@ -10,12 +10,9 @@ is evaluated on the same first N 512-token windows of WikiText-2 against the flo
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from collections.abc import Callable
-from collections.abc import Iterator
 from collections.abc import Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,24 +20,30 @@ from typing import Any
 from nncf.common.logging import nncf_logger
 from nncf.common.logging.track_progress import track
 
-from nncf_hqq.llm import evaluation
-from nncf_hqq.llm import models
+from nncf_hqq.llm.compression import compress_model
+from nncf_hqq.llm.compression import self_calibrated
+from nncf_hqq.llm.evaluate_job import evaluate_against
+from nncf_hqq.llm.evaluation import Metrics
+from nncf_hqq.llm.layout import read_model
+from nncf_hqq.llm.logs import on_a_terminal
+from nncf_hqq.llm.logs import progress_bars_only_on_a_terminal
+from nncf_hqq.llm.options import CompressionOptions
+from nncf_hqq.llm.options import OptionError
+from nncf_hqq.llm.records import versions
+from nncf_hqq.llm.records import write_json
+from nncf_hqq.llm.reports import require_matplotlib
+from nncf_hqq.llm.reports import write_png
+from nncf_hqq.llm.texts import WINDOW
 from nncf_hqq.llm.timing import StepTimer
-from nncf_hqq.llm.workflows import CompressionOptions
-from nncf_hqq.llm.workflows import compress_model
-from nncf_hqq.llm.workflows import default_text
-from nncf_hqq.llm.workflows import evaluate_against
-from nncf_hqq.llm.workflows import read_model
-from nncf_hqq.llm.workflows import require_matplotlib
-from nncf_hqq.llm.workflows import self_calibrated
-from nncf_hqq.llm.workflows import versions
-from nncf_hqq.llm.workflows import write_json
-from nncf_hqq.llm.workflows import write_png
+from nncf_hqq.llm.zoo import SMOLLM2
+from nncf_hqq.llm.zoo import default_text
+from nncf_hqq.llm.zoo import model_cache
+from nncf_hqq.llm.zoo import smollm2_ov_dir
 from nncf_hqq.self_calibration import SELF_CALIBRATION_DEFAULT
 
 Log = Callable[[str], None]
 
-DEMO_MODEL = "SmolLM2-135M-Instruct"
+DEMO_MODEL = SMOLLM2
 DEFAULT_WINDOWS = 8
 DEFAULT_OUT = Path("results") / "demo"
 
@@ -64,7 +67,7 @@ DEMO_METHODS: dict[str, CompressionOptions] = {
 class DemoResult:
     """What the demo measured and where it wrote it."""
 
-    results: dict[str, evaluation.Metrics]
+    results: dict[str, Metrics]
     compress_seconds: dict[str, float]
     steps: dict[str, float]
     wall_seconds: float
@@ -72,29 +75,11 @@ class DemoResult:
     png_path: Path
 
 
-@contextmanager
-def model_cache(cache: Path | None) -> Iterator[None]:
-    """Point ``nncf_hqq.llm.models`` at ``cache`` (``$NNCF_HQQ_CACHE``) for the duration; None keeps the current one."""
-    if cache is None:
-        yield
-        return
-    previous = os.environ.get(models.CACHE_ENV)
-    os.environ[models.CACHE_ENV] = str(Path(cache).expanduser().resolve())
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop(models.CACHE_ENV, None)
-        else:
-            os.environ[models.CACHE_ENV] = previous
-
-
 def demo_text(text: Path | None) -> Path:
     """``text`` or the shared WikiText-2 test text; a FileNotFoundError that says what to do when neither exists."""
     if text is not None:
         if not text.is_file():
-            msg = f"--text {text} does not exist"
-            raise FileNotFoundError(msg)
+            raise OptionError("{text} {path} is not a file", path=text)
         return text
     found = default_text()
     if found is None:
@@ -116,22 +101,25 @@ def run_demo(
 ) -> DemoResult:
     """Obtain SmolLM2 (cached), compress it once per method, evaluate all against FP, write JSON and PNG."""
     start = time.perf_counter()
+    if windows <= 0:
+        raise OptionError("{windows} must be positive, got {value}", value=windows)
     methods = dict(methods or DEMO_METHODS)
     text_path = demo_text(text)
     require_matplotlib()
-    timer = StepTimer(log)
-    with model_cache(cache), timer.step(f"obtain {DEMO_MODEL} (fp32 OpenVINO IR)"):
-        ir_dir = models.smollm2_ov_dir()
-    methods = {name: _with_model_start_token(options, ir_dir) for name, options in methods.items()}
-    compressed, compress_seconds = {}, {}
-    for name, options in track(list(methods.items()), description=f"Compressing {len(methods)} ways"):
-        step = f"compress {name}"
-        with timer.step(step):
-            compressed[name] = compress_model(read_model(ir_dir), options)
-        compress_seconds[name] = timer.seconds[step]
-    with timer.step(f"evaluate fp + {len(compressed)} models on {windows} windows of {text_path.name}"):
-        # SmolLM2's candidates are small: all compiled at once, the reference run once
-        results = evaluate_against(ir_dir, compressed, ir_dir, text_path, windows, one_at_a_time=False)
+    timer = StepTimer(log, announce=on_a_terminal())
+    with progress_bars_only_on_a_terminal():
+        with model_cache(cache), timer.step(f"obtain {DEMO_MODEL} (fp32 OpenVINO IR)"):
+            ir_dir = smollm2_ov_dir()
+        methods = {name: _with_model_start_token(options, ir_dir) for name, options in methods.items()}
+        compressed, compress_seconds = {}, {}
+        for name, options in track(list(methods.items()), description=f"Compressing {len(methods)} ways"):
+            step = f"compress {name}"
+            with timer.step(step):
+                compressed[name] = compress_model(read_model(ir_dir), options)
+            compress_seconds[name] = timer.seconds[step]
+        with timer.step(f"evaluate fp + {len(compressed)} models on {windows} windows of {text_path.name}"):
+            # SmolLM2's candidates are small: all compiled at once, the reference run once
+            results = evaluate_against(ir_dir, compressed, ir_dir, text_path, windows, one_at_a_time=False)
     wall = time.perf_counter() - start
     record = _record(ir_dir, text_path, windows, methods, results, compress_seconds, timer.seconds, wall)
     json_path = write_json(out_dir / "demo.json", record)
@@ -152,7 +140,7 @@ def _record(
     text_path: Path,
     windows: int,
     methods: Mapping[str, CompressionOptions],
-    results: Mapping[str, evaluation.Metrics],
+    results: Mapping[str, Metrics],
     compress_seconds: Mapping[str, float],
     steps: Mapping[str, float],
     wall: float,
@@ -162,7 +150,7 @@ def _record(
         "ir_dir": str(ir_dir),
         "text": str(text_path),
         "windows": windows,
-        "window_size": evaluation.WINDOW,
+        "window_size": WINDOW,
         "reference": "fp",
         "methods": {name: dataclasses.asdict(options) for name, options in methods.items()},
         "results": dict(results),

@@ -1,13 +1,10 @@
-"""Accuracy evaluation exactly as ``shared/PROTOCOL.md`` fixes it.
+"""The evaluation protocol's metrics for LLMs, exactly as ``shared/PROTOCOL.md`` fixes them.
 
-* Perplexity on WikiText-2 test: the whole text (``\\r\\n`` -> ``\\n``) tokenized at once with default special tokens,
-  the first N non-overlapping 512-token windows, the state reset between windows,
-  PPL = exp(mean NLL over all predicted tokens).
+* Perplexity on the first N non-overlapping windows of the text (``nncf_hqq.llm.texts``), the state reset between
+  windows, PPL = exp(mean NLL over all predicted tokens).
 * Agreement with the FP model on the same windows: mean KL(P_fp || P_candidate) of the next-token distributions over
   all positions, and top-1 agreement (fraction of positions where the argmaxes agree).
 * OpenVINO CPU settings: f32 inference and KV cache, no dynamic (activation) quantization.
-* Calibration for data-aware methods: random 256-token windows (seed 0) of Tiny Shakespeare, as stateful LLM inputs.
-* For the MiniLM encoder: mean cosine similarity of mask-mean-pooled embeddings vs the FP encoder.
 
 Models are stateful OpenVINO LLM IRs as optimum-intel exports them (inputs ``input_ids``, ``attention_mask``,
 ``position_ids``, ``beam_idx``; output ``logits``). They run as plain ``ov.Core`` compiled models. A window runs as
@@ -24,13 +21,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from collections.abc import Iterable
 from collections.abc import Iterator
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 from typing import Any
 from typing import TypeAlias
 
@@ -39,15 +34,15 @@ import openvino as ov
 from nncf.common.logging import nncf_logger
 from nncf.common.logging.track_progress import track
 
-from nncf_hqq.llm.models import ir_xml
+from nncf_hqq.llm.layout import ir_xml
+from nncf_hqq.llm.texts import llm_inputs
 from nncf_hqq.openvino.pages import release_file_pages
 from nncf_hqq.openvino.pages import release_model_pages
 
-if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
-
 ModelLike: TypeAlias = "ov.Model | ov.CompiledModel | str | Path"
 Metrics: TypeAlias = dict[str, float]
+#: The metrics of an LLM against the reference (``evaluate_llms``; each row also has its ``seconds``).
+METRICS = ("ppl", "kl", "top1")
 
 ACCURACY_CONFIG: dict[str, str] = {
     "INFERENCE_PRECISION_HINT": "f32",
@@ -55,8 +50,6 @@ ACCURACY_CONFIG: dict[str, str] = {
     "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0",
 }
 """OpenVINO CPU properties for accuracy runs (PROTOCOL.md): only weight compression differs between rows."""
-
-ENCODER_CONFIG: dict[str, str] = {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
 
 #: ``inference_config``'s precisions: f32 (the protocol's) or bf16 (half the memory of a float model).
 INFERENCE_PRECISIONS = ("f32", "bf16")
@@ -74,95 +67,11 @@ def inference_config(precision: str = "f32") -> dict[str, str]:
     return {**ACCURACY_CONFIG, "INFERENCE_PRECISION_HINT": "bf16", "KV_CACHE_PRECISION": "bf16"}
 
 
-WINDOW = 512
-CALIBRATION_SEQ_LEN = 256
 PREFILL_CHUNK = 128
 """Tokens per prefill request in ``evaluate_llms``: each model's logits block is ``PREFILL_CHUNK x vocab`` float32."""
 VOCAB_CHUNK = 16_384
 """Vocabulary columns per step of the metric reductions: their scratch arrays are ``rows x VOCAB_CHUNK`` float32
 (8 MiB each for a 128-token block), whatever the vocabulary."""
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Texts and token windows
-# --------------------------------------------------------------------------------------------------------------------
-def read_text(text_path: str | Path) -> str:
-    """The text of a file as PROTOCOL.md reads it: UTF-8, ``\\r\\n`` replaced by ``\\n`` (nothing else touched)."""
-    with open(text_path, encoding="utf-8", newline="") as f:
-        return f.read().replace("\r\n", "\n")
-
-
-def tokenize_text(tokenizer: PreTrainedTokenizerBase, text_path: str | Path) -> np.ndarray:
-    """The whole text tokenized at once with the tokenizer's default special tokens, as int64 ids."""
-    ids = tokenizer(read_text(text_path), verbose=False)["input_ids"]
-    return np.asarray(ids, dtype=np.int64)
-
-
-def wikitext_windows(
-    tokenizer: PreTrainedTokenizerBase, text_path: str | Path, n_windows: int, window: int = WINDOW
-) -> list[np.ndarray]:
-    """The first ``n_windows`` non-overlapping ``window``-token windows of the tokenized text (int64 arrays)."""
-    return token_windows(tokenize_text(tokenizer, text_path), n_windows, window, str(text_path))
-
-
-def token_windows(ids: np.ndarray, n_windows: int, window: int = WINDOW, source: str = "the text") -> list[np.ndarray]:
-    """The first ``n_windows`` non-overlapping ``window``-token windows of ``ids`` (copies)."""
-    if n_windows * window > ids.size:
-        msg = f"{source} has {ids.size} tokens, fewer than {n_windows} windows of {window}"
-        raise ValueError(msg)
-    return [ids[i * window : (i + 1) * window].copy() for i in range(n_windows)]
-
-
-def wikitext_lines(text_path: str | Path, n: int) -> list[str]:
-    """The first ``n`` non-empty lines that are not ``= Heading =`` lines, stripped."""
-    lines: list[str] = []
-    for raw in read_text(text_path).split("\n"):
-        line = raw.strip()
-        if line and not (line.startswith("=") and line.endswith("=")):
-            lines.append(line)
-            if len(lines) == n:
-                break
-    return lines
-
-
-def llm_inputs(input_ids: np.ndarray, start: int = 0) -> dict[str, np.ndarray]:
-    """Stateful-LLM prefill inputs for one sequence, as optimum-intel feeds them (batch 1, no padding).
-
-    :param start: tokens already in the state (a later piece of a sequence prefilled in several requests).
-    """
-    ids = np.asarray(input_ids, dtype=np.int64).reshape(1, -1)
-    return {
-        "input_ids": ids,
-        "attention_mask": np.ones((1, start + ids.shape[1]), dtype=np.int64),
-        "position_ids": np.arange(start, start + ids.shape[1], dtype=np.int64).reshape(1, -1),
-        "beam_idx": np.zeros(1, dtype=np.int32),
-    }
-
-
-def calibration_samples(
-    tokenizer: PreTrainedTokenizerBase,
-    text_path: str | Path,
-    n: int = 128,
-    seq_len: int = CALIBRATION_SEQ_LEN,
-    seed: int = 0,
-) -> list[dict[str, np.ndarray]]:
-    """``n`` windows of ``seq_len`` tokens at random starts (``np.random.default_rng(seed)``) of the tokenized text.
-
-    Each sample is a dict of stateful-LLM inputs (``input_ids``, ``attention_mask``, ``position_ids``, ``beam_idx``)
-    ready for ``nncf.Dataset(samples)`` on an optimum-intel OpenVINO LLM.
-    """
-    return token_calibration_samples(tokenize_text(tokenizer, text_path), n, seq_len, seed, str(text_path))
-
-
-def token_calibration_samples(
-    ids: np.ndarray, n: int = 128, seq_len: int = CALIBRATION_SEQ_LEN, seed: int = 0, source: str = "the text"
-) -> list[dict[str, np.ndarray]]:
-    """:func:`calibration_samples` of already tokenized text ``ids``."""
-    if ids.size < seq_len:
-        msg = f"{source} has {ids.size} tokens, fewer than seq_len={seq_len}"
-        raise ValueError(msg)
-    starts = np.random.default_rng(seed).integers(0, ids.size - seq_len + 1, size=n)
-    return [llm_inputs(ids[s : s + seq_len]) for s in starts]
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -506,166 +415,3 @@ def _evaluate_in_lockstep(
 def perplexity(model: ModelLike | StatefulLLM, windows: Sequence[np.ndarray]) -> float:
     """Perplexity of one model on the windows (exp of the mean NLL over all predicted tokens)."""
     return evaluate_llms(model, {}, windows)["fp"]["ppl"]
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Sentence encoder (MiniLM)
-# --------------------------------------------------------------------------------------------------------------------
-def mean_pooled(
-    encoder: Any, tokenizer: PreTrainedTokenizerBase, lines: Sequence[str], batch_size: int = 16
-) -> np.ndarray:
-    """Mask-weighted mean of ``last_hidden_state`` per line, float64 ``[len(lines), hidden]``."""
-    names = {port.any_name for port in encoder.inputs}
-    out: list[np.ndarray] = []
-    for lo in range(0, len(lines), batch_size):
-        batch = tokenizer(list(lines[lo : lo + batch_size]), padding=True, truncation=True, return_tensors="np")
-        inputs = encoder_inputs(batch, names)
-        hidden = np.asarray(encoder(inputs)[encoder.output(0)], dtype=np.float64)
-        mask = inputs["attention_mask"][..., None].astype(np.float64)
-        out.append((hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9))
-    return np.concatenate(out)
-
-
-def encoder_inputs(batch: Mapping[str, Any], names: set[str]) -> dict[str, np.ndarray]:
-    """The tokenizer's arrays the encoder takes, plus all-zero ``token_type_ids`` when it wants them but got none."""
-    inputs = {k: np.asarray(v, dtype=np.int64) for k, v in batch.items() if k in names}
-    if "token_type_ids" in names and "token_type_ids" not in inputs:
-        inputs["token_type_ids"] = np.zeros_like(inputs["input_ids"])
-    if missing := names - set(inputs):
-        msg = f"encoder inputs {sorted(missing)} are not produced by the tokenizer"
-        raise ValueError(msg)
-    return inputs
-
-
-def embedding_cosine(
-    reference_encoder: ModelLike,
-    candidate_encoder: ModelLike,
-    tokenizer: PreTrainedTokenizerBase,
-    lines: Iterable[str],
-) -> float:
-    """Mean cosine similarity between the candidate's and the FP encoder's mean-pooled embeddings of ``lines``."""
-    texts = list(lines)
-    ref = mean_pooled(compile_model(reference_encoder, ENCODER_CONFIG), tokenizer, texts)
-    cand = mean_pooled(compile_model(candidate_encoder, ENCODER_CONFIG), tokenizer, texts)
-    cos = (ref * cand).sum(axis=1) / (np.linalg.norm(ref, axis=1) * np.linalg.norm(cand, axis=1))
-    return float(cos.mean())
-
-
-#: The most tokens of a line an encoder sees (longer lines are truncated), unless its tokenizer or config allow fewer.
-ENCODER_MAX_TOKENS = 512
-#: The output of a sentence-transformers export that holds its own pooled (and Dense / Normalize) embedding.
-SENTENCE_EMBEDDING = "sentence_embedding"
-
-
-def encoder_max_length(tokenizer: PreTrainedTokenizerBase, files_dir: str | Path | None = None) -> int:
-    """Tokens per line for an encoder: ``ENCODER_MAX_TOKENS``, the tokenizer's ``model_max_length`` and the
-    ``max_position_embeddings`` of the ``config.json`` in ``files_dir``, whichever is least."""
-    import json
-
-    limits = [ENCODER_MAX_TOKENS, int(min(tokenizer.model_max_length, 1 << 30))]
-    config = Path(files_dir) / "config.json" if files_dir is not None else None
-    if config is not None and config.is_file():
-        positions = json.loads(config.read_text()).get("max_position_embeddings")
-        if isinstance(positions, int) and positions > 0:
-            limits.append(positions)
-    return min(limits)
-
-
-def encoder_pooling(encoder: Any) -> str:
-    """How ``pooled_embeddings`` pools ``encoder``'s outputs: its own ``sentence_embedding`` output (a
-    sentence-transformers export), or the attention-mask mean of its first output."""
-    names = {name for port in encoder.outputs for name in port.get_names()}
-    return f"the model's {SENTENCE_EMBEDDING} output" if SENTENCE_EMBEDDING in names else "mean of the first output"
-
-
-def pooled_embeddings(
-    encoder: Any, tokenizer: PreTrainedTokenizerBase, lines: Sequence[str], max_length: int = ENCODER_MAX_TOKENS
-) -> np.ndarray:
-    """The embedding of each line, float64 ``[len(lines), dim]``, one line per request (no padding): the model's
-    ``sentence_embedding`` output when it has one, else the mean of its first output over the tokens."""
-    names = {port.any_name for port in encoder.inputs}
-    own = SENTENCE_EMBEDDING in {name for port in encoder.outputs for name in port.get_names()}
-    rows: list[np.ndarray] = []
-    for line in lines:
-        batch = tokenizer([line], truncation=True, max_length=max_length, return_tensors="np")
-        inputs = encoder_inputs(batch, names)
-        outputs = encoder(inputs)
-        if own:
-            rows.append(np.asarray(outputs[encoder.output(SENTENCE_EMBEDDING)], dtype=np.float64)[0])
-        else:
-            rows.append(np.asarray(outputs[encoder.output(0)], dtype=np.float64)[0].mean(axis=0))
-    return np.stack(rows)
-
-
-def cosine_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """The cosine similarity of each row of ``a`` with the same row of ``b``."""
-    return (a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
-
-
-def nearest_neighbours(embeddings: np.ndarray) -> np.ndarray:
-    """For each row, the index of the most cosine-similar other row (a line's nearest neighbour among the others)."""
-    unit = embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True)
-    similarity = unit @ unit.T
-    np.fill_diagonal(similarity, -np.inf)
-    return similarity.argmax(axis=1)
-
-
-def evaluate_encoders(
-    reference: ModelLike,
-    candidates: Mapping[str, ModelLike],
-    tokenizer: PreTrainedTokenizerBase,
-    lines: Sequence[str],
-    reference_name: str = "fp",
-    max_length: int = ENCODER_MAX_TOKENS,
-) -> dict[str, Metrics]:
-    """Every encoder's embeddings of ``lines`` against the reference's: mean and minimum cosine, and the share of
-    lines whose nearest neighbour among the other lines (cosine) is the one the reference picks (a retrieval-style
-    agreement). Returns ``{name: {"cosine", "cosine_min", "neighbour_agreement", "seconds"}}`` with the reference
-    under ``reference_name`` (1, 1, 1 by construction); ``seconds``: that model's inference time."""
-    if reference_name in candidates:
-        msg = f"candidate name {reference_name!r} is reserved for the reference"
-        raise ValueError(msg)
-    if len(lines) < 2:
-        msg = f"the neighbour agreement needs at least 2 lines, got {len(lines)}"
-        raise ValueError(msg)
-    results: dict[str, Metrics] = {}
-    reference_embeddings: np.ndarray | None = None
-    for name, model in {reference_name: reference, **candidates}.items():
-        compiled = compile_model(model, ENCODER_CONFIG)
-        start = time.perf_counter()
-        embeddings = pooled_embeddings(compiled, tokenizer, lines, max_length)
-        seconds = time.perf_counter() - start
-        if reference_embeddings is None:
-            reference_embeddings = embeddings
-        cosines = cosine_rows(reference_embeddings, embeddings)
-        agreement = nearest_neighbours(embeddings) == nearest_neighbours(reference_embeddings)
-        results[name] = {
-            "cosine": float(cosines.mean()),
-            "cosine_min": float(cosines.min()),
-            "neighbour_agreement": float(agreement.mean()),
-            "seconds": seconds,
-        }
-        nncf_logger.info(f"{name}: cosine={cosines.mean():.5f} min={cosines.min():.5f} nn={agreement.mean():.4f}")
-    return results
-
-
-def encoder_calibration_samples(
-    tokenizer: PreTrainedTokenizerBase,
-    lines: Sequence[str],
-    input_names: set[str],
-    max_length: int = CALIBRATION_SEQ_LEN,
-) -> list[dict[str, np.ndarray]]:
-    """One encoder input per line (batch 1, at most ``max_length`` tokens): the tokenizer's arrays the encoder
-    takes (``encoder_inputs``), ready for ``nncf.Dataset``."""
-    samples = []
-    for line in lines:
-        batch = tokenizer([line], truncation=True, max_length=max_length, return_tensors="np")
-        samples.append(encoder_inputs(batch, input_names))
-    return samples
-
-
-def load_tokenizer(model_dir: str | Path) -> PreTrainedTokenizerBase:
-    """``AutoTokenizer.from_pretrained(model_dir)`` (the exported IR dirs carry their tokenizer files)."""
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(model_dir))

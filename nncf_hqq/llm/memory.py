@@ -1,5 +1,6 @@
-"""How much memory each phase of ``nncf-hqq compress`` and ``evaluate`` needs, estimated before it starts, so that a
-phase that cannot fit in the machine's memory is refused up front (with what fits instead), never killed halfway.
+"""How much memory each phase of the compress and evaluate jobs needs, estimated before it starts, and the decision
+on it: a phase that cannot fit in the machine's memory is refused up front (with what fits instead), never killed
+halfway.
 
 The sizes come from the model's files without loading it: the safetensors headers of a HF checkpoint, the
 constants of an OpenVINO IR (read memory-mapped). The coefficients are what the phases measured on random
@@ -26,10 +27,23 @@ from __future__ import annotations
 import json
 import math
 import struct
+from collections.abc import Callable
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from nncf_hqq.llm.layout import HF_CONFIG
+from nncf_hqq.llm.layout import ir_xml
+from nncf_hqq.llm.layout import read_model
+from nncf_hqq.llm.options import JobError
+from nncf_hqq.llm.timing import COMPRESSION_PHASE
+from nncf_hqq.llm.timing import EXPORT_PHASE
+from nncf_hqq.llm.timing import OUTPUT_CHECK_PHASE
+from nncf_hqq.llm.timing import OUTPUT_REFERENCE_PHASE
+from nncf_hqq.llm.timing import SELF_CALIBRATION_PHASE
+from nncf_hqq.llm.timing import STATISTICS_PHASE
+from nncf_hqq.self_calibration import SelfCalibration
 
 GIB = 1024**3
 
@@ -49,13 +63,6 @@ LARGEST_WEIGHT_COPIES = 3
 DATA_AWARE_COMPRESSION_FACTOR = 1.1
 #: Bytes per parameter of a model compiled in bf16 (``nncf-hqq evaluate --inference-precision bf16``) at most.
 BF16_COMPILED_BYTES = 2
-#: Sequences and tokens the float model runs: self-calibration's generation (``SelfCalibration``'s defaults: 32
-#: sequences of 128 tokens, its first request 1 + 16 prompt tokens long), NNCF's statistics (one 128-token sequence at
-#: a time) and the output check's reference (8 held-out sequences).
-GENERATED_SEQUENCES = 32
-SEQUENCE_TOKENS = 128
-FIRST_REQUEST_TOKENS = 17
-HELD_OUT_SEQUENCES = 8
 
 
 @dataclass(frozen=True)
@@ -71,17 +78,17 @@ class DecoderShape:
         """Bytes of one token's keys and values in every layer, in f32."""
         return 2 * self.layers * self.kv_heads * self.head_dim * 4
 
-    def working_bytes(self, sequences: int, first_request_tokens: int) -> int:
-        """KV cache of ``sequences`` of ``SEQUENCE_TOKENS`` and the f32 logits of a first request of
-        ``first_request_tokens`` tokens for each."""
-        kv = sequences * SEQUENCE_TOKENS * self.kv_bytes_per_token()
+    def working_bytes(self, sequences: int, tokens: int, first_request_tokens: int) -> int:
+        """KV cache of ``sequences`` of ``tokens`` and the f32 logits of a first request of ``first_request_tokens``
+        tokens for each."""
+        kv = sequences * tokens * self.kv_bytes_per_token()
         return kv + sequences * first_request_tokens * self.vocabulary * 4
 
 
 def decoder_shape(config_dir: Path) -> DecoderShape | None:
     """The ``DecoderShape`` in ``config_dir/config.json`` (None: no such file, or not a decoder's config)."""
     try:
-        config = json.loads((Path(config_dir) / "config.json").read_text())
+        config = json.loads((Path(config_dir) / HF_CONFIG).read_text())
         config = config.get("text_config", config)
         layers, heads, hidden = config["num_hidden_layers"], config["num_attention_heads"], config["hidden_size"]
         kv_heads = config.get("num_key_value_heads") or heads
@@ -114,11 +121,12 @@ class ModelSize:
             return self.stored_bytes
         return min(self.stored_bytes, BF16_COMPILED_BYTES * self.parameters)
 
-    def float_model_parts(self, sequences: int, first_request_tokens: int) -> tuple[tuple[str, int], ...]:
-        """The parts of a phase that runs the float model (compiled in f32) on ``sequences`` at once."""
+    def float_model_parts(self, sequences: int, tokens: int, first_request_tokens: int) -> tuple[tuple[str, int], ...]:
+        """The parts of a phase that runs the float model (compiled in f32) on ``sequences`` of ``tokens`` at once."""
         parts = [("float model's packed weights", self.compiled_bytes())]
         if self.decoder is not None:
-            parts.append(("KV cache and logits", self.decoder.working_bytes(sequences, first_request_tokens)))
+            working = self.decoder.working_bytes(sequences, tokens, first_request_tokens)
+            parts.append(("KV cache and logits", working))
         return tuple(parts)
 
 
@@ -189,34 +197,38 @@ class PhaseEstimate:
 
 
 def compress_estimates(
-    size: ModelSize, export: bool, self_calibration: bool, output_check: bool
+    size: ModelSize, export: bool, generation: SelfCalibration | None, held_out: int
 ) -> list[PhaseEstimate]:
-    """The phases ``compress`` will run on a model of ``size`` and the peak memory each needs."""
+    """The phases the compress job will run on a model of ``size`` and the peak memory each needs: ``export`` (a HF
+    model), self-calibrated with ``generation`` (its sequences; None: data-free) and output-checked on ``held_out``
+    generated sequences (0: no check)."""
     compressed = size.compressed_bytes()
     working = LARGEST_WEIGHT_COPIES * 4 * size.largest
     phases = []
     if export:
         phases.append(
-            PhaseEstimate("export", (("checkpoint being converted", int(EXPORT_FACTOR * size.stored_bytes)),))
+            PhaseEstimate(EXPORT_PHASE, (("checkpoint being converted", int(EXPORT_FACTOR * size.stored_bytes)),))
         )
-    if self_calibration:
-        generation = size.float_model_parts(GENERATED_SEQUENCES, FIRST_REQUEST_TOKENS)
-        phases.append(PhaseEstimate("self-calibration text", generation))
-        phases.append(PhaseEstimate("statistics", size.float_model_parts(1, SEQUENCE_TOKENS)))
-    if self_calibration and output_check:  # the float model's logits are recorded before any compression
-        reference = size.float_model_parts(HELD_OUT_SEQUENCES, SEQUENCE_TOKENS)
-        phases.append(PhaseEstimate("output check reference", reference))
+    if generation is not None:
+        tokens, first_request = generation.seq_len, 1 + generation.prompt_len  # BOS and a window of prompt text
+        phases.append(
+            PhaseEstimate(SELF_CALIBRATION_PHASE, size.float_model_parts(generation.num_samples, tokens, first_request))
+        )
+        phases.append(PhaseEstimate(STATISTICS_PHASE, size.float_model_parts(1, tokens, tokens)))  # one at a time
+        if held_out:  # the float model's logits are recorded before any compression
+            reference = size.float_model_parts(held_out, tokens, tokens)
+            phases.append(PhaseEstimate(OUTPUT_REFERENCE_PHASE, reference))
     compression: tuple[tuple[str, int], ...] = (("compressed weights", compressed), ("working set", working))
     data_aware = int(DATA_AWARE_COMPRESSION_FACTOR * size.stored_bytes)
-    if self_calibration and data_aware > compressed + working:
+    if generation is not None and data_aware > compressed + working:
         compression = (
             (f"statistics, AWQ, Scale Estimation, HQQ ({DATA_AWARE_COMPRESSION_FACTOR}x the weights)", data_aware),
         )
-    phases.append(PhaseEstimate("compression", compression))
-    if self_calibration and output_check:
+    phases.append(PhaseEstimate(COMPRESSION_PHASE, compression))
+    if generation is not None and held_out:
         current = max(2 * compressed, compressed + working)
         parts = (("the candidate kept", compressed), ("one being compressed, or compiled", current))
-        phases.append(PhaseEstimate("output check", parts))
+        phases.append(PhaseEstimate(OUTPUT_CHECK_PHASE, parts))
     return phases
 
 
@@ -240,3 +252,77 @@ def available_bytes() -> int:
 def too_large(estimates: Sequence[PhaseEstimate], available: int) -> list[PhaseEstimate]:
     """The phases whose estimate exceeds ``available``."""
     return [e for e in estimates if e.total > available]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Decisions
+# --------------------------------------------------------------------------------------------------------------------
+class NotEnoughMemoryError(JobError, RuntimeError):
+    """A phase's estimated memory exceeds what the machine has available: refused before anything starts."""
+
+
+def first_line(err: BaseException) -> str:
+    """The first line of an error's message, at most 200 characters."""
+    return (str(err).splitlines() or [""])[0][:200]
+
+
+def check_compress_memory(
+    model: str,
+    size: ModelSize,
+    export: bool,
+    generation: SelfCalibration | None,
+    held_out: int,
+    log: Callable[[str], None],
+    refuse: bool = True,
+) -> list[PhaseEstimate]:
+    """The estimates of every phase the compress job will run (``compress_estimates``), the largest logged; with
+    ``refuse``, ``NotEnoughMemoryError`` naming the phases that exceed the memory available and the options that
+    fit."""
+    estimates = compress_estimates(size, export, generation, held_out)
+    available = available_bytes()
+    peak = max(estimates, key=lambda e: e.total)
+    log(f"memory: {peak.describe()} at most; {available / GIB:.1f} GiB available")
+    over = too_large(estimates, available)
+    if not over or not refuse:
+        return estimates
+    fits = []
+    if held_out and not too_large(compress_estimates(size, export, generation, 0), available):
+        fits.append("{no_output_check}")
+    if generation is not None and not too_large(compress_estimates(size, export, None, 0), available):
+        fits.append("{no_self_calibration} (data-free)")
+    instead = f"; {' or '.join(fits)} fits" if fits else ""
+    if any(e.phase == EXPORT_PHASE for e in over):
+        instead += (
+            "; export the model on a larger machine (optimum-cli export openvino --model MODEL --weight-format fp16 "
+            "DIR) and compress DIR"
+        )
+    msg = "not enough memory for {model_path}: {needs}, but {available} GiB is available" + instead
+    msg += " ({no_memory_check} runs it anyway)"
+    needs = "; ".join(e.describe() for e in over)
+    raise NotEnoughMemoryError(msg, model_path=model, needs=needs, available=f"{available / GIB:.1f}")
+
+
+def check_evaluate_memory(
+    reference: Path, candidates: Sequence[Path], precision: str, log: Callable[[str], None], refuse: bool = True
+) -> PhaseEstimate | None:
+    """Estimates the evaluate job's peak memory (the float model compiled in ``precision``, the largest candidate;
+    None when the reference cannot be read: the evaluation says why) and, with ``refuse``, raises
+    ``NotEnoughMemoryError`` when it exceeds the memory available, naming bf16 inference when that fits."""
+    try:
+        size = ir_size(read_model(reference))
+    except RuntimeError as err:  # not an IR OpenVINO reads: the evaluation itself says why, in its own words
+        log(f"memory: not estimated ({reference} could not be read: {first_line(err)})")
+        return None
+    weights = [ir_xml(c).with_suffix(".bin") for c in candidates]
+    candidate_bytes = [w.stat().st_size for w in weights if w.is_file()]
+    estimate = evaluate_estimate(size, candidate_bytes, precision)
+    available = available_bytes()
+    log(f"memory: {estimate.describe()}; {available / GIB:.1f} GiB available")
+    if estimate.total <= available or not refuse:
+        return estimate
+    instead = ""
+    if precision == "f32" and evaluate_estimate(size, candidate_bytes, "bf16").total <= available:
+        instead = "; {inference_precision=bf16} fits"
+    msg = "not enough memory to evaluate against {reference}: {needs}, but {available} GiB is available" + instead
+    msg += " ({no_memory_check} runs it anyway)"
+    raise NotEnoughMemoryError(msg, reference=reference, needs=estimate.describe(), available=f"{available / GIB:.1f}")

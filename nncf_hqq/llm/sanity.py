@@ -16,6 +16,10 @@ import numpy as np
 
 from nncf_hqq.llm.evaluation import LogitRows
 from nncf_hqq.llm.evaluation import StatefulLLM
+from nncf_hqq.llm.layout import HF_CONFIG
+from nncf_hqq.llm.texts import load_tokenizer
+from nncf_hqq.llm.texts import read_text
+from nncf_hqq.llm.texts import tokenize_text
 
 #: Perplexity above which a reference model on natural text is taken as misconfigured (trained LLMs on
 #: WikiText-2 are in the tens; a model that guesses uniformly over a 256k vocabulary is at 256k).
@@ -30,7 +34,7 @@ BOS_GAIN = 1.5
 _TOKENIZER_HINT = "the model's own tokenizer (--tokenizer DIR)"
 
 
-def config_bos_token_id(model_dir: Path | None, files: tuple[str, ...] = ("config.json",)) -> int | None:
+def config_bos_token_id(model_dir: Path | None, files: tuple[str, ...] = (HF_CONFIG,)) -> int | None:
     """``bos_token_id`` of the first of ``files`` in ``model_dir`` that gives one (None when none does)."""
     if model_dir is None:
         return None
@@ -46,7 +50,7 @@ def config_bos_token_id(model_dir: Path | None, files: tuple[str, ...] = ("confi
 
 def generation_bos_token_id(model_dir: Path | None) -> int | None:
     """The token generation starts from: ``bos_token_id`` of ``generation_config.json``, else of ``config.json``."""
-    return config_bos_token_id(model_dir, ("generation_config.json", "config.json"))
+    return config_bos_token_id(model_dir, ("generation_config.json", HF_CONFIG))
 
 
 def tokens_per_character_warning(n_tokens: int, n_characters: int, what: str) -> str | None:
@@ -109,3 +113,11 @@ def check_tokenized_text(
     if llm is not None:
         warnings += reference_warnings(llm, ids, config_bos_token_id(model_dir), what)
     return warnings
+
+
+def check_calibration_text(model_xml: Path, files_dir: Path | None, tokenizer_dir: Path, text_path: Path) -> list[str]:
+    """The checks of a calibration text, with the model to compress as the reference."""
+    tokenizer = load_tokenizer(tokenizer_dir)
+    ids = tokenize_text(tokenizer, text_path)
+    llm = StatefulLLM(model_xml)
+    return check_tokenized_text(read_text(text_path), ids, llm, files_dir, str(text_path))

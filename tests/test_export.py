@@ -1,16 +1,18 @@
-"""A HF checkpoint is exported in its own precision (bf16 stays bf16), and compresses from there to what the fp32
-export gives."""
+"""Tests of nncf_hqq.llm.export: a HF checkpoint is exported stateful, uncompressed and in its own precision (bf16
+stays bf16), and compresses from there to what the fp32 export gives."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import openvino as ov
 import pytest
 
-from nncf_hqq.llm import models
-from nncf_hqq.llm.cli import main as cli_main
+from nncf_hqq.llm import compress
+from nncf_hqq.llm import export
+from nncf_hqq.llm.layout import ir_xml
 
 pytest.importorskip("optimum.intel")
 torch = pytest.importorskip("torch")
@@ -43,8 +45,8 @@ def bf16_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def exports(bf16_checkpoint: Path) -> dict[str, Path]:
     root = bf16_checkpoint.parent
     return {
-        dtype: models.export_to_openvino(bf16_checkpoint, root / f"ov_{dtype}", dtype=dtype)
-        for dtype in (models.CHECKPOINT_PRECISION, "fp32")
+        dtype: export.export_to_openvino(bf16_checkpoint, root / f"ov_{dtype}", dtype=dtype)
+        for dtype in (export.CHECKPOINT_PRECISION, "fp32")
     }
 
 
@@ -64,9 +66,9 @@ def _constants(ir_xml: Path, types: tuple[ov.Type, ...], two_d: bool = False) ->
 
 
 def test_the_checkpoint_precision_is_kept_and_values_match_the_fp32_export(exports: dict[str, Path]) -> None:
-    kept_xml, fp32_xml = (exports[d] / "openvino_model.xml" for d in (models.CHECKPOINT_PRECISION, "fp32"))
-    assert models.weight_precision(ov.Core().read_model(kept_xml)) == "bf16"
-    assert models.weight_precision(ov.Core().read_model(fp32_xml)) == "f32"
+    kept_xml, fp32_xml = (exports[d] / "openvino_model.xml" for d in (export.CHECKPOINT_PRECISION, "fp32"))
+    assert export.weight_precision(ov.Core().read_model(kept_xml)) == "bf16"
+    assert export.weight_precision(ov.Core().read_model(fp32_xml)) == "f32"
     kept = _constants(kept_xml, (ov.Type.bf16,), two_d=True)
     assert len(kept) >= 14  # 7 MatMuls a layer, embeddings, lm_head
     kept_as_f32 = [(shape, np.frombuffer(data, np.float32).tobytes()) for shape, data in kept]
@@ -75,39 +77,46 @@ def test_the_checkpoint_precision_is_kept_and_values_match_the_fp32_export(expor
 
 def test_an_unknown_precision_is_refused(bf16_checkpoint: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="'fp16'"):
-        models.export_to_openvino(bf16_checkpoint, tmp_path / "ov", dtype="fp16")
+        export.export_to_openvino(bf16_checkpoint, tmp_path / "ov", dtype="fp16")
 
 
 def _compress_both(
-    bf16_checkpoint: Path, fp32_ir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], options: list[str]
+    bf16_checkpoint: Path, fp32_ir: Path, tmp_path: Path, options: dict[str, Any]
 ) -> tuple[list[tuple[tuple[int, ...], bytes]], list[tuple[tuple[int, ...], bytes]]]:
-    common = [*options, "--group-size", "32"]
-    assert cli_main(["compress", str(bf16_checkpoint), str(tmp_path / "from_hf"), *common]) == 0
-    assert "checkpoint's precision" in capsys.readouterr().err
-    assert cli_main(["compress", str(fp32_ir), str(tmp_path / "from_fp32"), *common]) == 0
+    lines: list[str] = []
+    compress(bf16_checkpoint, tmp_path / "from_hf", group_size=32, log=lines.append, **options)
+    assert any("checkpoint's precision" in line for line in lines)
+    compress(fp32_ir, tmp_path / "from_fp32", group_size=32, log=lines.append, **options)
     types = (ov.Type.u4, ov.Type.u8, ov.Type.f16)
     return tuple(_constants(tmp_path / d / "openvino_model.xml", types) for d in ("from_hf", "from_fp32"))  # type: ignore[return-value]
 
 
 def test_compress_of_a_bf16_checkpoint_equals_compress_of_its_fp32_export(
-    bf16_checkpoint: Path, exports: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    bf16_checkpoint: Path, exports: dict[str, Path], tmp_path: Path
 ) -> None:
     """Data-free, the CLI exports in bf16 (half the memory) and writes the codes, scales and zero points the fp32 IR
     gives."""
-    from_hf, from_fp32 = _compress_both(bf16_checkpoint, exports["fp32"], tmp_path, capsys, ["--no-self-calibration"])
+    from_hf, from_fp32 = _compress_both(bf16_checkpoint, exports["fp32"], tmp_path, {"self_calibration": False})
     assert len(from_hf) > 14
     assert from_hf == from_fp32
 
 
 def test_self_calibrated_compress_of_a_bf16_checkpoint(
-    bf16_checkpoint: Path, exports: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    bf16_checkpoint: Path, exports: dict[str, Path], tmp_path: Path
 ) -> None:
     """Self-calibrated (AWQ + Scale Estimation + HQQ, the output check) from the bf16 export: the same constants in
     kind and shape as from the fp32 export. Not the same values: NNCF's AWQ writes its rescaled weights back in the
     IR's precision, bf16 (research/bf16_export.py measures what that does to accuracy)."""
-    options = ["--self-calibration-samples", "4"]
-    from_hf, from_fp32 = _compress_both(bf16_checkpoint, exports["fp32"], tmp_path, capsys, options)
+    from_hf, from_fp32 = _compress_both(bf16_checkpoint, exports["fp32"], tmp_path, {"self_calibration_samples": 4})
     assert len(from_hf) > 14
     assert [shape for shape, _ in from_hf] == [shape for shape, _ in from_fp32]
     record = (tmp_path / "from_hf" / "nncf_hqq_compression.json").read_text()
     assert '"output_check"' in record
+
+
+def test_export_is_stateful_and_fp32(tiny_llm: tuple[Path, Any]) -> None:
+    model = ov.Core().read_model(ir_xml(tiny_llm[0]))
+    names = {port.any_name for port in model.inputs}
+    assert {"input_ids", "attention_mask", "position_ids", "beam_idx"} <= names
+    assert model.get_sinks(), "expected a stateful model (KV cache in ReadValue/Assign)"
+    assert not list(tiny_llm[0].glob("*_compressed.xml"))

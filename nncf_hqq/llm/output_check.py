@@ -1,0 +1,152 @@
+"""The compress job's output check: the self-calibrated compression against the data-free HQQ and RTN ones on
+held-out text the float model generates, and the one closest to the float model kept."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import tempfile
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import openvino as ov
+
+from nncf_hqq.llm.compression import compress_model
+from nncf_hqq.llm.compression import compress_timed
+from nncf_hqq.llm.evaluation import METRICS
+from nncf_hqq.llm.evaluation import Metrics
+from nncf_hqq.llm.evaluation import RecordedLogits
+from nncf_hqq.llm.evaluation import evaluate_llms
+from nncf_hqq.llm.layout import ir_xml
+from nncf_hqq.llm.layout import read_model
+from nncf_hqq.llm.logs import bitwidth_tables_held_back
+from nncf_hqq.llm.logs import show
+from nncf_hqq.llm.options import CompressionOptions
+from nncf_hqq.llm.timing import OUTPUT_CHECK_PHASE
+from nncf_hqq.llm.timing import OUTPUT_REFERENCE_PHASE
+from nncf_hqq.llm.timing import StepTimer
+from nncf_hqq.llm.timing import silent_timer
+from nncf_hqq.openvino.pages import release_file_mappings
+from nncf_hqq.self_calibration import SelfCalibration
+from nncf_hqq.self_calibration import generate_sequences
+
+#: Held-out sequences on which the job checks a self-calibrated model (``compress_checked_on_outputs``).
+OUTPUT_CHECK_SEQUENCES = 8
+
+
+def output_check_candidates(
+    data_free: CompressionOptions, self_calibrated: CompressionOptions
+) -> dict[str, CompressionOptions]:
+    """The compressions the output check compares, in the order that decides ties: the self-calibrated one, the
+    same options without data (Scale Estimation off; AWQ, if asked, data-free) and NNCF's round to nearest."""
+    data_free = dataclasses.replace(data_free, scale_estimation=False, self_calibration=None, token_rows=0)
+    return {
+        "self-calibrated": self_calibrated,
+        "data-free": data_free,
+        "rtn": dataclasses.replace(data_free, hqq=False, zero_point=None),
+    }
+
+
+def held_out_sequences(model: ov.Model, params: SelfCalibration) -> list[np.ndarray]:
+    """``OUTPUT_CHECK_SEQUENCES`` sequences the float model generates like its calibration sequences, with the
+    next seed (so none is a calibration sequence), as 1-D token windows."""
+    count = OUTPUT_CHECK_SEQUENCES
+    held_out = params.replace(num_samples=count, batch_size=min(params.batch_size, count), seed=params.seed + 1)
+    return list(generate_sequences(model, held_out))
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    """What the output check measured: every candidate's KL divergence from the float model, top-1 agreement and
+    perplexity on the held-out generated sequences (the float model as ``fp``), and the candidate kept."""
+
+    chosen: str
+    metrics: Mapping[str, Mapping[str, float]]
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "chosen": self.chosen,
+            "held_out_sequences": OUTPUT_CHECK_SEQUENCES,
+            "metrics": {name: {k: m[k] for k in METRICS} for name, m in self.metrics.items()},
+        }
+
+
+def compress_checked_on_outputs(
+    model_xml: Path,
+    data_free: CompressionOptions,
+    self_calibrated: CompressionOptions,
+    log: Callable[[str], None],
+    timer: StepTimer | None = None,
+    scratch_dir: Path | None = None,
+) -> tuple[ov.Model, CompressionOptions, OutputCheck]:
+    """The model of ``model_xml`` compressed as each of ``output_check_candidates``, and the one whose
+    outputs on held-out generated sequences are closest to the float model's (least KL divergence), with its
+    options and what was measured. Judged on the whole model's outputs, so the result is never worse than RTN's
+    there. ``timer`` times the float model's part as ``OUTPUT_REFERENCE_PHASE``, the self-calibrated compression's
+    phases (``compress_timed``), then the rest of the check as ``OUTPUT_CHECK_PHASE``.
+
+    The float model is never compiled beside a compressed one: before any compression it generates the held-out
+    sequences and its logits on them are recorded in a file (``RecordedLogits``, in a temporary directory
+    under ``scratch_dir``, by default the system's; ``sequences x seq_len x vocab`` float32, removed on return),
+    against which the candidates are then evaluated one at a time, each compressed from its own read of
+    ``model_xml``. Memory holds the candidate kept so far, the one being compressed or evaluated, and one logits
+    block per model: nothing else refers to a candidate, so one that is not kept is freed at once. After each
+    compression the pages of the IR's weights file that it read are dropped (``release_file_mappings``): a
+    compressed model read from that file keeps it mapped, and the pages NNCF's RTN read would otherwise stay
+    resident through the evaluations. NNCF's bitwidth table is shown once, the kept candidate's, after the choice.
+    """
+    if self_calibrated.self_calibration is None:
+        msg = "the output check compares a self-calibrated compression: self_calibrated.self_calibration is None"
+        raise ValueError(msg)
+    timer = timer or silent_timer()
+    candidates = output_check_candidates(data_free, self_calibrated)
+    weights_file = ir_xml(model_xml).with_suffix(".bin")
+    with tempfile.TemporaryDirectory(prefix=".nncf-hqq-output-check-", dir=scratch_dir) as scratch:
+        with timer.step(OUTPUT_REFERENCE_PHASE):
+            held_out = held_out_sequences(read_model(model_xml), self_calibrated.self_calibration)
+            release_file_mappings(weights_file)
+            reference = RecordedLogits.record(model_xml, held_out, Path(scratch) / "float_logits.bin")
+            release_file_mappings(weights_file)
+        kept, chosen, metrics, tables = _compress_candidates(model_xml, candidates, reference, held_out, log, timer)
+        reference.close()
+    summary = ", ".join(f"{name} {metrics[name]['kl']:.4f}" for name in candidates)
+    log(f"Output check on {len(held_out)} held-out generated sequences, KL vs float: {summary}; keeping {chosen}")
+    show(tables)
+    return kept, candidates[chosen], OutputCheck(chosen, metrics)
+
+
+def _compress_candidates(
+    model_xml: Path,
+    candidates: Mapping[str, CompressionOptions],
+    reference: RecordedLogits,
+    held_out: Sequence[np.ndarray],
+    log: Callable[[str], None],
+    timer: StepTimer,
+) -> tuple[ov.Model, str, dict[str, Metrics], list[logging.LogRecord]]:
+    """Every candidate compressed from ``model_xml`` (the first in ``compress_timed``'s phases) and evaluated
+    against ``reference``: the least-KL one (ties keep the earlier), its name, every candidate's metrics with the
+    reference's as ``fp``, and the kept one's bitwidth table (held back: ``bitwidth_tables_held_back``)."""
+    weights_file = ir_xml(model_xml).with_suffix(".bin")
+    (first, first_options), *others = candidates.items()
+    log(f"Output check: compressing the {first} candidate")
+    with bitwidth_tables_held_back() as tables:
+        kept = compress_timed(read_model(model_xml), first_options, None, timer)
+    release_file_mappings(weights_file)
+    with timer.step(OUTPUT_CHECK_PHASE):
+        metrics = evaluate_llms(reference, {first: kept}, held_out)
+        chosen = first
+        for name, options in others:
+            log(f"Output check: compressing the {name} candidate")
+            with bitwidth_tables_held_back() as candidate_tables:
+                candidate = compress_model(read_model(model_xml), options)
+            release_file_mappings(weights_file)  # the float weights NNCF's RTN read stay mapped in the candidate
+            metrics[name] = evaluate_llms(reference, {name: candidate}, held_out)[name]
+            if metrics[name]["kl"] < metrics[chosen]["kl"]:
+                chosen, kept, tables = name, candidate, candidate_tables
+            del candidate
+    return kept, chosen, metrics, tables
