@@ -2,24 +2,35 @@
 peak memory through ``openvino_genai.LLMPipeline``, with the CPU's model and instruction sets recorded.
 
 Variants (from ``benchmarks/inference.py``, every one compressed from the same f16 IR): ``rtn`` (NNCF's INT4_ASYM,
-u4 zero points), ``hqq_float`` (``hqq=True``: f16 zero points), ``hqq_split`` (``zero_point_format="split"``) and
-``hqq_int`` (``zero_point_format="integer"``). Models: SmolLM2-135M (g64) and the Qwen2.5-1.5B-shaped model (g128),
-ratio 1, ``backup_mode=NONE``. Each variant is written as a GenAI model dir (model IR, tokenizer and detokenizer IRs,
-config files).
+u4 zero points), ``hqq_float`` (``hqq=True``: f16 zero points), ``hqq_split`` (``zero_point_format="split"``, int8
+corrections), ``hqq_split_f16`` (the split with f16 corrections, as before 2026-12-06) and ``hqq_int``
+(``zero_point_format="integer"``); the split variants are written from ``hqq_float``'s IR by
+``split_float_zero_points``, the pass ``zero_point_format="split"`` runs. Models: SmolLM2-135M (g64), the
+Qwen2.5-1.5B-shaped model (g128) and ``qwen7b``: a random checkpoint of Qwen2.5-7B's shapes (bf16, 14.2 GiB; the
+Qwen2.5 tokenizer; ``benchmarks/_checkpoints.py``) exported by optimum-intel in its own precision (g128); ratio 1,
+``backup_mode=NONE``. Each variant is written as a GenAI model dir (model IR, tokenizer and detokenizer IRs, config
+files). The 7B row needs about 16 GiB of memory to export and 60 GiB of disk under ``--workdir``.
 
-Latency: every variant's ``LLMPipeline`` is loaded in one process; in each round the variants take turns, one
-generation each (a fixed prompt, greedy, ``--new-tokens`` tokens with ``ignore_eos``). Reported: median TTFT and TPOT
-over rounds, and the median over rounds of each round's ratio to ``rtn``. Memory: each variant loaded and run once in
-a fresh child process; its peak RSS.
+Latency: every variant's ``LLMPipeline`` is loaded in one process; in each round the variants take turns in a new
+random order, one generation each (a fixed prompt, greedy, ``--new-tokens`` tokens with ``ignore_eos``). For
+``qwen7b`` only one pipeline is held at a time (four would not fit in 24 GB): in each round every variant is loaded,
+warmed up with one short generation, measured and released in turn. Reported: median TTFT and TPOT over rounds, and
+the median over rounds of each round's ratio to ``rtn``. Memory: each variant loaded and run once in a fresh child
+process; its peak RSS.
 
     python benchmarks/genai_inference.py --models smollm2,qwen --out results/genai.json
     python benchmarks/genai_inference.py --models smollm2 --rounds 3 --new-tokens 16     # smoke run
+    python benchmarks/genai_inference.py --models qwen7b --variants rtn,hqq_float,hqq_split,hqq_split_f16 \
+        --rounds 4 --new-tokens 24 --workdir /tmp/genai_models --out results/genai_7b.json
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
+import os
+import random
 import resource
 import statistics
 import subprocess
@@ -33,8 +44,12 @@ import openvino as ov
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import inference  # benchmarks/inference.py: the variants and how they are compressed
 
-VARIANTS = ("rtn", "hqq_float", "hqq_split", "hqq_int")
-MODELS = ("smollm2", "qwen")
+VARIANTS = ("rtn", "hqq_float", "hqq_split", "hqq_split_f16", "hqq_int")
+MODELS = ("smollm2", "qwen", "qwen7b")
+#: Models whose pipelines are loaded one at a time (a round loads, measures and releases each variant in turn).
+ONE_AT_A_TIME = {"qwen7b"}
+#: The random checkpoint shape of ``qwen7b`` (``_checkpoints.SHAPES``).
+QWEN7B_SHAPE = "qwen2.5-7b"
 PROBE_FLAG = "--_memory-probe"
 PROMPT = (
     "The history of the printing press begins in the fifteenth century, when movable type made books cheaper and "
@@ -61,22 +76,79 @@ def cpu_record() -> dict[str, Any]:
 
 
 def write_genai_dir(spec: inference.ModelSpec, variant: str, workdir: Path, files_dir: Path) -> Path:
-    """The variant of ``spec`` as a GenAI model dir (IR, tokenizer IRs, config files); built once, then reused."""
+    """The variant of ``spec`` as a GenAI model dir (IR, tokenizer IRs, config files); built once, then reused.
+    A split variant is ``hqq_float``'s IR with its zero points split (written first when missing)."""
     from nncf_hqq.llm import workflows
 
     out = workdir / spec.name / variant
     if (out / workflows.MODEL_XML).is_file() and (out / workflows.DETOKENIZER_XML).is_file():
         return out
-    source = inference.f16_source(spec, workdir)
-    model = inference.compress(source, spec, inference.VARIANTS[variant])
+    correction = inference.VARIANTS[variant].split_correction
+    if correction is not None:
+        float_dir = write_genai_dir(spec, "hqq_float", workdir, files_dir)
+        model = inference.split_variant(float_dir / workflows.MODEL_XML, correction)
+    else:
+        source = inference.f16_source(spec, workdir)
+        model = inference.compress(source, spec, inference.VARIANTS[variant])
     workflows.save_model_dir(model, out, files_dir)
     workflows.write_openvino_tokenizers(files_dir, out, with_detokenizer=True)
+    del model
+    gc.collect()
     return out
 
 
-def source_files_dir(name: str) -> Path:
+def qwen7b_export(workdir: Path) -> Path:
+    """The random Qwen2.5-7B-shaped checkpoint exported by optimum-intel (its own bf16 precision, stateful), in the
+    place ``inference.f16_source`` reads the source of ``qwen7b`` from (``model.xml`` linked to the export's IR);
+    the checkpoint is deleted once exported. Made in a child process, so that this process's peak memory stays
+    its own."""
+    source_dir = workdir / "qwen7b" / "source_f16"
+    if not (source_dir / "model.xml").is_file():
+        command = [sys.executable, __file__, "--_export-qwen7b", str(workdir)]
+        subprocess.run(command, check=True)
+    return source_dir
+
+
+def export_qwen7b(workdir: Path) -> None:
+    """Child process of ``qwen7b_export``: checkpoint (with the Qwen2.5 tokenizer), export, links, cleanup."""
+    import shutil
+
+    import _checkpoints
+    from transformers import AutoTokenizer
+
+    from nncf_hqq.llm import models
+    from nncf_hqq.llm import workflows
+
+    tokenizer = workdir / "qwen2.5-tokenizer"
+    if not tokenizer.is_dir():
+        gguf = models.qwen_gguf()
+        AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(tokenizer)
+    checkpoint = _checkpoints.write_checkpoint(_checkpoints.SHAPES[QWEN7B_SHAPE], workdir / QWEN7B_SHAPE, tokenizer)
+    source_dir = workdir / "qwen7b" / "source_f16"
+    models.export_to_openvino(checkpoint, source_dir)
+    for suffix, name in ((".xml", workflows.MODEL_XML), (".bin", workflows.MODEL_BIN)):
+        os.link(source_dir / name, source_dir / f"model{suffix}")
+    shutil.rmtree(checkpoint)
+
+
+def model_spec(name: str, workdir: Path) -> inference.ModelSpec:
+    if name != "qwen7b":
+        return inference.model_specs(quick=False)[name]
+    source_dir = qwen7b_export(workdir)
+    return inference.ModelSpec(
+        "qwen7b",
+        lambda: ov.Core().read_model(source_dir / "model.xml"),
+        128,
+        stateful_llm=True,
+        all_layers=False,
+    )
+
+
+def source_files_dir(name: str, workdir: Path) -> Path:
     from nncf_hqq.llm import models
 
+    if name == "qwen7b":
+        return qwen7b_export(workdir)
     return models.smollm2_ov_dir() if name == "smollm2" else models.qwen_ov_dir()
 
 
@@ -105,10 +177,32 @@ def measure_latency(dirs: dict[str, Path], rounds: int, new_tokens: int) -> dict
     for pipe in pipes.values():  # warm-up
         generate_once(pipe, 4)
     samples: dict[str, list[tuple[float, float]]] = {name: [] for name in pipes}
+    rng = random.Random(0)
     for index in range(rounds):
-        for name, pipe in pipes.items():
-            samples[name].append(generate_once(pipe, new_tokens))
+        for name in rng.sample(list(pipes), len(pipes)):  # a new order each round: load drift hits all alike
+            samples[name].append(generate_once(pipes[name], new_tokens))
         print(f"    round {index + 1}/{rounds}: " + ", ".join(f"{n} {s[-1][1]:.1f}" for n, s in samples.items()))
+    return summarize(samples)
+
+
+def measure_latency_one_at_a_time(dirs: dict[str, Path], rounds: int, new_tokens: int) -> dict[str, Any]:
+    """``measure_latency`` for models of which one pipeline fits in memory: in each round every variant's pipeline
+    is loaded, warmed up (one 4-token generation), measured once and released, in turn."""
+    samples: dict[str, list[tuple[float, float]]] = {name: [] for name in dirs}
+    rng = random.Random(0)
+    for index in range(rounds):
+        for name in rng.sample(list(dirs), len(dirs)):
+            pipe = pipeline(dirs[name])
+            generate_once(pipe, 4)
+            samples[name].append(generate_once(pipe, new_tokens))
+            del pipe
+            gc.collect()
+        print(f"    round {index + 1}/{rounds}: " + ", ".join(f"{n} {s[-1][1]:.1f}" for n, s in samples.items()))
+    return summarize(samples)
+
+
+def summarize(samples: dict[str, list[tuple[float, float]]]) -> dict[str, Any]:
+    """Median TTFT and TPOT of each variant, and the medians of the per-round ratios to ``rtn``."""
     result: dict[str, Any] = {}
     for name, values in samples.items():
         ratios = [(v[0] / r[0], v[1] / r[1]) for v, r in zip(values, samples["rtn"], strict=True)]
@@ -139,12 +233,13 @@ def memory_probe(model_dir: str, new_tokens: str) -> None:
 
 
 def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
-    spec = inference.model_specs(quick=False)[name]
-    files_dir = source_files_dir(name)
+    spec = model_spec(name, args.workdir)
+    files_dir = source_files_dir(name, args.workdir)
     start = time.perf_counter()
     dirs = {variant: write_genai_dir(spec, variant, args.workdir, files_dir) for variant in args.variants}
     print(f"  {name}: {len(dirs)} GenAI dirs ready in {time.perf_counter() - start:.0f} s")
-    latency = measure_latency(dirs, args.rounds, args.new_tokens)
+    measure = measure_latency_one_at_a_time if name in ONE_AT_A_TIME else measure_latency
+    latency = measure(dirs, args.rounds, args.new_tokens)
     for variant, path in dirs.items():
         latency[variant]["peak_rss_mib"] = measure_memory(path, args.new_tokens)
         rtn_rss = latency["rtn"].get("peak_rss_mib")
@@ -155,12 +250,12 @@ def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
 def format_table(results: dict[str, dict[str, Any]], cpu: dict[str, Any]) -> str:
     lines = [
         f"CPU: {cpu['model']} ({cpu['kind']})",
-        f"{'model':<9}{'variant':<11}{'TTFT ms':>9}{'TPOT ms':>9}{'TTFT/RTN':>10}{'TPOT/RTN':>10}{'RSS MiB':>9}",
+        f"{'model':<9}{'variant':<15}{'TTFT ms':>9}{'TPOT ms':>9}{'TTFT/RTN':>10}{'TPOT/RTN':>10}{'RSS MiB':>9}",
     ]
     for model, rows in results.items():
         for variant, row in rows.items():
             lines.append(
-                f"{model:<9}{variant:<11}{row['ttft_ms']:>9.1f}{row['tpot_ms']:>9.2f}{row['ttft_ratio']:>10.2f}"
+                f"{model:<9}{variant:<15}{row['ttft_ms']:>9.1f}{row['tpot_ms']:>9.2f}{row['ttft_ratio']:>10.2f}"
                 f"{row['tpot_ratio']:>10.2f}{row['peak_rss_mib']:>9.0f}"
             )
     return "\n".join(lines)
@@ -169,6 +264,9 @@ def format_table(results: dict[str, dict[str, Any]], cpu: dict[str, Any]) -> str
 def main() -> None:
     if len(sys.argv) == 4 and sys.argv[1] == PROBE_FLAG:
         memory_probe(sys.argv[2], sys.argv[3])
+        return
+    if len(sys.argv) == 3 and sys.argv[1] == "--_export-qwen7b":
+        export_qwen7b(Path(sys.argv[2]))
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated: {','.join(MODELS)}")
