@@ -98,15 +98,15 @@ def write_genai_dir(spec: inference.ModelSpec, variant: str, workdir: Path, file
 
 
 def qwen7b_export(workdir: Path) -> Path:
-    """The random Qwen2.5-7B-shaped checkpoint exported by optimum-intel (its own bf16 precision, stateful), in the
-    place ``inference.f16_source`` reads the source of ``qwen7b`` from (``model.xml`` linked to the export's IR);
-    the checkpoint is deleted once exported. Made in a child process, so that this process's peak memory stays
-    its own."""
-    source_dir = workdir / "qwen7b" / "source_f16"
-    if not (source_dir / "model.xml").is_file():
+    """The dir of the random Qwen2.5-7B-shaped checkpoint exported by optimum-intel (its own bf16 precision,
+    stateful, with the tokenizer and config files); its IR is also linked as the source that ``inference.f16_source``
+    reads for ``qwen7b`` (``qwen7b/source_f16/model.xml``, outside the export dir, whose side files every variant
+    dir copies). The checkpoint is deleted once exported. Made in a child process, so that this process's peak
+    memory stays its own."""
+    if not (workdir / "qwen7b" / "source_f16" / "model.xml").is_file():
         command = [sys.executable, __file__, "--_export-qwen7b", str(workdir)]
         subprocess.run(command, check=True)
-    return source_dir
+    return workdir / "qwen7b" / "export"
 
 
 def export_qwen7b(workdir: Path) -> None:
@@ -124,20 +124,21 @@ def export_qwen7b(workdir: Path) -> None:
         gguf = models.qwen_gguf()
         AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name).save_pretrained(tokenizer)
     checkpoint = _checkpoints.write_checkpoint(_checkpoints.SHAPES[QWEN7B_SHAPE], workdir / QWEN7B_SHAPE, tokenizer)
-    source_dir = workdir / "qwen7b" / "source_f16"
-    models.export_to_openvino(checkpoint, source_dir)
+    export_dir, source_dir = workdir / "qwen7b" / "export", workdir / "qwen7b" / "source_f16"
+    models.export_to_openvino(checkpoint, export_dir)
+    source_dir.mkdir(parents=True, exist_ok=True)
     for suffix, name in ((".xml", workflows.MODEL_XML), (".bin", workflows.MODEL_BIN)):
-        os.link(source_dir / name, source_dir / f"model{suffix}")
+        os.link(export_dir / name, source_dir / f"model{suffix}")
     shutil.rmtree(checkpoint)
 
 
 def model_spec(name: str, workdir: Path) -> inference.ModelSpec:
     if name != "qwen7b":
         return inference.model_specs(quick=False)[name]
-    source_dir = qwen7b_export(workdir)
+    source_xml = qwen7b_export(workdir) / "openvino_model.xml"
     return inference.ModelSpec(
         "qwen7b",
-        lambda: ov.Core().read_model(source_dir / "model.xml"),
+        lambda: ov.Core().read_model(source_xml),
         128,
         stateful_llm=True,
         all_layers=False,
