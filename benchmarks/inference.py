@@ -29,8 +29,10 @@ same settings; not in the default set: ~1.1 GB download).
 Latency: all variants of a model are compiled in one process (``PERFORMANCE_HINT=LATENCY``,
 ``INFERENCE_NUM_THREADS=2``, otherwise the CPU plugin's defaults unless ``--config`` says otherwise) and measured
 in interleaved rounds; in each round the variants take turns, one inference at a time, at 128-token prefills and then
-at single-token decode steps (continuing each variant's KV cache for SmolLM2). Reported: medians over rounds, and
-the median over rounds of each round's ratio to RTN.
+at single-token decode steps (continuing each variant's KV cache for SmolLM2). The rounds are split among
+``--latency-processes`` fresh processes (default 3), each compiling the variants in a new random order: one compiled
+instance of a model can run 10% faster or slower than another of the same IR (``measure_latency``). Reported: medians
+over rounds, and the median over rounds of each round's ratio to RTN.
 Memory: every variant is read, compiled and run once (prefill + one decode step) in a fresh child process; the RSS
 growth over a baseline (the CPU plugin already loaded by a tiny model) is reported, steady and peak.
 
@@ -39,6 +41,12 @@ growth over a baseline (the CPU plugin already loaded by a tiny model) is report
     python benchmarks/inference.py --models smollm2 --config accuracy         # f32, no dynamic quantization
     python benchmarks/inference.py --models qwen1.5b_layers,qwen7b_layers --variants rtn,hqq_float,hqq_split,\
         hqq_split_f16 --memory-rounds 1 --out results/inference_layers.json  # the 1.5B / 7B layer shapes
+
+``--max-isa`` caps the instruction sets oneDNN uses (``ONEDNN_MAX_CPU_ISA``, set before the CPU plugin loads, and in
+the memory probes' processes): ``--max-isa AVX512_CORE_VNNI --config f32`` runs an AVX-512 CPU with VNNI but without
+BF16 (Cascade Lake, Ice Lake) on this one. Caps below that (AVX2, AVX2_VNNI) make the plugin fail to create its
+compressed FullyConnected primitives (it still sees the CPU's own capabilities), so AVX2-only CPUs cannot be
+emulated this way.
 """
 
 from __future__ import annotations
@@ -48,6 +56,7 @@ import dataclasses
 import gc
 import json
 import logging
+import os
 import platform
 import subprocess
 import sys
@@ -68,11 +77,13 @@ DEFAULT_MODELS = ("matmul", "decoder", "qwen1.5b_layers", "qwen7b_layers", "smol
 THREADS = 2
 PROBE_FLAG = "--_memory-probe"
 LOWBIT_FLAG = "--_lowbit-probe"
+LATENCY_FLAG = "--_latency-probe"
 
 #: Extra CPU properties on top of PERFORMANCE_HINT=LATENCY and INFERENCE_NUM_THREADS=2.
 CONFIGS: dict[str, dict[str, str]] = {
     "default": {},
     "no-dq": {"DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"},
+    "f32": {"INFERENCE_PRECISION_HINT": "f32"},  # what the plugin picks on CPUs without bf16 (with --max-isa)
     "accuracy": {
         "INFERENCE_PRECISION_HINT": "f32",
         "KV_CACHE_PRECISION": "f32",
@@ -403,14 +414,15 @@ def input_width(model: ov.Model) -> int:
 # --------------------------------------------------------------------------------------------------------------------
 # Latency: all variants in one process, interleaved rounds
 # --------------------------------------------------------------------------------------------------------------------
-def compile_runners(spec: ModelSpec, info: dict[str, dict[str, Any]], config: str) -> dict[str, Runner]:
+def compile_runners(xmls: dict[str, str], stateful_llm: bool, config: str, order: list[str]) -> dict[str, Runner]:
+    """The variants compiled in ``order`` (returned in the order of ``xmls``)."""
     core = ov.Core()
     runners: dict[str, Runner] = {}
-    for name, variant_info in info.items():
-        model = core.read_model(variant_info["xml"])
+    for name in order:
+        model = core.read_model(xmls[name])
         compiled = core.compile_model(model, "CPU", cpu_config(config))
-        runners[name] = Runner(compiled, spec.stateful_llm, input_width(model))
-    return runners
+        runners[name] = Runner(compiled, stateful_llm, input_width(model))
+    return {name: runners[name] for name in xmls}
 
 
 def one_round(
@@ -433,20 +445,58 @@ def one_round(
     return {name: (float(np.median(prefills[name])), float(np.median(decodes[name]))) for name in names}
 
 
-def measure_latency(
-    spec: ModelSpec, info: dict[str, dict[str, Any]], config: str, rounds: int, prefill_reps: int, decode_steps: int
-) -> dict[str, Any]:
-    """Per-variant, per-round median prefill and decode seconds (see ``one_round``)."""
-    runners = compile_runners(spec, info, config)
-    rng = np.random.default_rng(0)
+def latency_probe(request: dict[str, Any]) -> dict[str, Any]:
+    """In this (fresh) process: the variants compiled in a random order (seeded by ``request["seed"]``), then
+    per-variant, per-round median prefill and decode seconds (see ``one_round``)."""
+    xmls: dict[str, str] = request["xmls"]
+    rng = np.random.default_rng(request["seed"])
+    order = [str(name) for name in rng.permutation(list(xmls))]
+    runners = compile_runners(xmls, request["stateful_llm"], request["config"], order)
     one_round(runners, rng, 2, 4)  # warm-up: first inferences allocate and repack
     times: dict[str, dict[str, list[float]]] = {name: {"prefill": [], "decode": []} for name in runners}
-    for _ in range(rounds):
-        for name, (prefill, decode) in one_round(runners, rng, prefill_reps, decode_steps).items():
+    for _ in range(request["rounds"]):
+        for name, (prefill, decode) in one_round(
+            runners, rng, request["prefill_reps"], request["decode_steps"]
+        ).items():
             times[name]["prefill"].append(prefill)
             times[name]["decode"].append(decode)
     properties = {name: recorded_properties(runner.compiled) for name, runner in runners.items()}
-    return {"times": times, "properties": properties}
+    return {"times": times, "properties": properties, "compile_order": order}
+
+
+def measure_latency(
+    spec: ModelSpec,
+    info: dict[str, dict[str, Any]],
+    config: str,
+    rounds: int,
+    prefill_reps: int,
+    decode_steps: int,
+    processes: int = 1,
+) -> dict[str, Any]:
+    """``latency_probe`` in ``processes`` fresh child processes, ``rounds`` split among them, the times pooled.
+
+    One compiled instance of a model runs at its own speed: three compilations of the same IR in one process decoded
+    a token of the 1.5B-shaped layers in 5.1, 4.7 and 4.5 ms (the same order in every repetition), more than the
+    differences between some variants. Each process compiles the variants in a new random order, so that this
+    spread falls on every variant alike over the processes."""
+    request = {
+        "xmls": {name: variant_info["xml"] for name, variant_info in info.items()},
+        "stateful_llm": spec.stateful_llm,
+        "config": config,
+        "rounds": -(-rounds // processes),
+        "prefill_reps": prefill_reps,
+        "decode_steps": decode_steps,
+    }
+    times: dict[str, dict[str, list[float]]] = {name: {"prefill": [], "decode": []} for name in info}
+    orders, properties = [], {}
+    for seed in range(processes):
+        result = _child([LATENCY_FLAG, json.dumps(request | {"seed": seed})])
+        for name, phases in result["times"].items():
+            for phase, values in phases.items():
+                times[name][phase].extend(values)
+        orders.append(result["compile_order"])
+        properties = result["properties"]
+    return {"times": times, "properties": properties, "compile_orders": orders}
 
 
 def summarize_latency(times: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, float]]:
@@ -706,6 +756,7 @@ def environment(config: str) -> dict[str, Any]:
         "cpu_capabilities": list(ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")),
         "config_name": config,
         "config": cpu_config(config),
+        "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA"),
     }
 
 
@@ -714,8 +765,10 @@ def run_model(spec: ModelSpec, variants: list[str], args: argparse.Namespace, wo
     info = prepare_models(spec, variants, workdir, reuse=args.reuse)
     print(f"[{spec.name}] memory ({args.memory_rounds} fresh process(es) per variant)")
     memory = measure_memory(spec, info, args.config, args.memory_rounds)
-    print(f"[{spec.name}] latency ({args.rounds} interleaved rounds)")
-    measured = measure_latency(spec, info, args.config, args.rounds, args.prefill_reps, args.decode_steps)
+    print(f"[{spec.name}] latency ({args.rounds} interleaved rounds in {args.latency_processes} process(es))")
+    measured = measure_latency(
+        spec, info, args.config, args.rounds, args.prefill_reps, args.decode_steps, args.latency_processes
+    )
     result = {
         "config": args.config,
         "group_size": spec.group_size,
@@ -724,6 +777,7 @@ def run_model(spec: ModelSpec, variants: list[str], args: argparse.Namespace, wo
         "latency": summarize_latency(measured["times"]),
         "latency_seconds": measured["times"],
         "compiled_properties": measured["properties"],
+        "compile_orders": measured["compile_orders"],
     }
     print_tables(spec.name, result)
     return result
@@ -739,14 +793,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--prefill-reps", type=int, default=3, help="prefills per variant and round")
     parser.add_argument("--decode-steps", type=int, default=16, help="decode steps per variant and round")
     parser.add_argument("--memory-rounds", type=int, default=None, help="fresh processes per variant (default 3)")
+    parser.add_argument(
+        "--latency-processes", type=int, default=None, help="fresh processes the latency rounds are split among (3)"
+    )
     parser.add_argument("--workdir", type=Path, default=None, help="keep the compressed IRs here (default: temp)")
     parser.add_argument("--lowbit", action="store_true", help="also probe u2/u3/u4/u8 x zero-point formats")
     parser.add_argument("--reuse", action="store_true", help="take IRs already in --workdir instead of compressing")
     parser.add_argument("--report", type=Path, default=None, help="only print the tables of a saved JSON")
+    parser.add_argument("--max-isa", default=None, help="ONEDNN_MAX_CPU_ISA for this run, e.g. AVX512_CORE_VNNI")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     args = parser.parse_args(argv)
     args.rounds = args.rounds or (3 if args.quick else 15)
     args.memory_rounds = args.memory_rounds or (1 if args.quick else 3)
+    args.latency_processes = args.latency_processes or (1 if args.quick else 3)
     unknown = sorted(set(args.variants.split(",")) - set(VARIANTS))
     if unknown or "rtn" not in args.variants.split(","):
         parser.error(f"unknown variants {unknown}; the variants must include rtn (the ratios' baseline)")
@@ -758,6 +817,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.report:
         report(args.report)
         return {}
+    if args.max_isa:  # read by oneDNN when the CPU plugin first runs; inherited by the child processes
+        os.environ["ONEDNN_MAX_CPU_ISA"] = args.max_isa
     nncf_logger.setLevel(logging.WARNING)
     specs = model_specs(args.quick)
     variants = args.variants.split(",")
@@ -778,6 +839,8 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == PROBE_FLAG:
         xml, stateful, config = sys.argv[2:5]
         print(json.dumps(memory_probe(xml, bool(int(stateful)), config)))
+    elif len(sys.argv) > 1 and sys.argv[1] == LATENCY_FLAG:
+        print(json.dumps(latency_probe(json.loads(sys.argv[2]))))
     elif len(sys.argv) > 1 and sys.argv[1] == LOWBIT_FLAG:
         print(json.dumps(lowbit_probe(sys.argv[2], sys.argv[3])))
     else:
