@@ -11,12 +11,12 @@ Qwen2.5 tokenizer; ``benchmarks/_checkpoints.py``) exported by optimum-intel in 
 ``backup_mode=NONE``. Each variant is written as a GenAI model dir (model IR, tokenizer and detokenizer IRs, config
 files). The 7B row needs about 16 GiB of memory to export and 60 GiB of disk under ``--workdir``.
 
-Latency: every variant's ``LLMPipeline`` is loaded in one process; in each round the variants take turns in a new
-random order, one generation each (a fixed prompt, greedy, ``--new-tokens`` tokens with ``ignore_eos``). For
-``qwen7b`` only one pipeline is held at a time (four would not fit in 24 GB): in each round every variant is loaded,
-warmed up with one short generation, measured and released in turn. Reported: median TTFT and TPOT over rounds, and
-the median over rounds of each round's ratio to ``rtn``. Memory: each variant loaded and run once in a fresh child
-process; its peak RSS.
+Latency: in each round every variant's ``LLMPipeline`` is loaded, warmed up with one short generation, measured
+with one generation (a fixed prompt, greedy, ``--new-tokens`` tokens with ``ignore_eos``) and released, the variants
+in a new random order each round (one pipeline held at a time: a 7B one fills most of 24 GB; and one compiled
+instance of a model runs at its own speed, so each round measures a new one). Reported: median TTFT and TPOT over
+rounds, and the median over rounds of each round's ratio to ``rtn``. Memory: each variant loaded and run once in a
+fresh child process; its peak RSS.
 
     python benchmarks/genai_inference.py --models smollm2,qwen --out results/genai.json
     python benchmarks/genai_inference.py --models smollm2 --rounds 3 --new-tokens 16     # smoke run
@@ -46,8 +46,6 @@ import inference  # benchmarks/inference.py: the variants and how they are compr
 
 VARIANTS = ("rtn", "hqq_float", "hqq_split", "hqq_split_f16", "hqq_int")
 MODELS = ("smollm2", "qwen", "qwen7b")
-#: Models whose pipelines are loaded one at a time (a round loads, measures and releases each variant in turn).
-ONE_AT_A_TIME = {"qwen7b"}
 #: The random checkpoint shape of ``qwen7b`` (``_checkpoints.SHAPES``).
 QWEN7B_SHAPE = "qwen2.5-7b"
 PROBE_FLAG = "--_memory-probe"
@@ -173,22 +171,10 @@ def generate_once(pipe: Any, new_tokens: int) -> tuple[float, float]:
 
 
 def measure_latency(dirs: dict[str, Path], rounds: int, new_tokens: int) -> dict[str, Any]:
-    """Interleaved rounds over the variants' pipelines (one process); medians and per-round ratios to ``rtn``."""
-    pipes = {name: pipeline(path) for name, path in dirs.items()}
-    for pipe in pipes.values():  # warm-up
-        generate_once(pipe, 4)
-    samples: dict[str, list[tuple[float, float]]] = {name: [] for name in pipes}
-    rng = random.Random(0)
-    for index in range(rounds):
-        for name in rng.sample(list(pipes), len(pipes)):  # a new order each round: load drift hits all alike
-            samples[name].append(generate_once(pipes[name], new_tokens))
-        print(f"    round {index + 1}/{rounds}: " + ", ".join(f"{n} {s[-1][1]:.1f}" for n, s in samples.items()))
-    return summarize(samples)
-
-
-def measure_latency_one_at_a_time(dirs: dict[str, Path], rounds: int, new_tokens: int) -> dict[str, Any]:
-    """``measure_latency`` for models of which one pipeline fits in memory: in each round every variant's pipeline
-    is loaded, warmed up (one 4-token generation), measured once and released, in turn."""
+    """Interleaved rounds: in each round every variant's pipeline is loaded, warmed up (one 4-token generation),
+    measured once and released, in a new random order; medians and per-round ratios to ``rtn``. A pipeline is
+    loaded anew each round because one compiled instance of a model runs at its own speed (up to 10% apart for one
+    IR, ``benchmarks/inference.py``), and because only one 7B pipeline fits in memory."""
     samples: dict[str, list[tuple[float, float]]] = {name: [] for name in dirs}
     rng = random.Random(0)
     for index in range(rounds):
@@ -239,8 +225,7 @@ def run_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
     start = time.perf_counter()
     dirs = {variant: write_genai_dir(spec, variant, args.workdir, files_dir) for variant in args.variants}
     print(f"  {name}: {len(dirs)} GenAI dirs ready in {time.perf_counter() - start:.0f} s")
-    measure = measure_latency_one_at_a_time if name in ONE_AT_A_TIME else measure_latency
-    latency = measure(dirs, args.rounds, args.new_tokens)
+    latency = measure_latency(dirs, args.rounds, args.new_tokens)
     for variant, path in dirs.items():
         latency[variant]["peak_rss_mib"] = measure_memory(path, args.new_tokens)
         rtn_rss = latency["rtn"].get("peak_rss_mib")
