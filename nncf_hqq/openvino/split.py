@@ -20,9 +20,10 @@ the f16 rounding of the zero point it replaces (``z * s`` to ``s / 256`` for zer
 corrections (a broadcast product), 3-D expert weights and row lookups keep f16 constants
 (``correction="f16"`` keeps them for every weight).
 
-Each MatMul gets its own chain. Sharing the group sums between MatMuls that read the same input (Q/K/V, gate/up),
-or merging their corrections into one MatMul and splitting its output, measured slower on OpenVINO 2026.4 CPU
-(docs/inference.md): the CPU plugin pays per node at decode, and a split costs more than the sums it saves.
+Each MatMul gets its own chain; the CPU plugin merges the identical group sums of MatMuls that read the same input
+(Q/K/V, gate/up) itself (4 ReduceSum nodes per Qwen2 layer in its runtime graph, not 7). Merging their corrections
+into one MatMul and splitting its output measured slower on OpenVINO 2026.4 CPU (docs/research-log.md,
+2026-12-01): the plugin pays per node at decode, and a split costs more than the MatMuls it saves.
 
 ``split_float_zero_points`` rewrites the f16-zero-point decompression subgraphs of a model (as
 ``nncf_hqq.openvino.decompression`` writes them) into that form; the maths of the split is
