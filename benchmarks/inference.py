@@ -8,26 +8,45 @@ tied embedding / lm_head under INT4 with backup_mode NONE, are f16 in all of the
     hqq_float  hqq=True (HQQ_DEFAULT): u4 codes, f16 zero point, f16 scale
     hqq_int    hqq_params=HQQParameters(zero_point_format="integer", refine_rounds=5): u4 zero point
     hqq_split  hqq_params={"zero_point_format": "split"}: HQQ's float zero point as the nearest u4 one plus an output
-               correction (group sums of the input, one correction MatMul per input shared by its MatMuls, Add)
+               correction per MatMul (group sums of its input, a correction MatMul with int8 rows, Add)
+    hqq_split_f16  the same split with f16 correction weights (``split_float_zero_points(correction="f16")``, the
+               split format before 2026-12-06), for comparison
     int4_sym   NNCF INT4_SYM: i4 codes, no zero point (reference for the symmetric formats)
     int8_rtn   NNCF INT8_ASYM (per channel): u8 codes, u8 zero point
     int8_hqq   INT8_ASYM with hqq=True: u8 codes, f16 zero point
 
+The split variants of a model are written from its ``hqq_float`` IR by ``split_float_zero_points`` (the pass that
+``zero_point_format="split"`` runs after NNCF has written the model, so the result is the same), which saves one HQQ
+compression per split variant.
+
 Models: ``matmul`` (a stack of 4096x4096 MatMuls, g128), ``decoder`` (a small decoder-like stack of MatMuls:
-fused QKV, O, gate/up/down, g128), ``smollm2`` (the stateful SmolLM2-135M IR, g64, ratio 1, backup_mode NONE),
-``qwen`` (the stateful Qwen2.5-1.5B-shaped IR, g128, the same settings; not in the default set: ~1.1 GB download).
+fused QKV, O, gate/up/down, g128), ``qwen1.5b_layers`` and ``qwen7b_layers`` (decoder layers at the MatMul shapes of
+Qwen2.5-1.5B and Qwen2.5-7B: q/k/v with biases, o, gate/up, down; hidden 1536 / 3584, KV width 256 / 512,
+intermediate 8960 / 18944; 4 / 2 layers; g128; attention replaced by a cheap mix of q, k and v), ``smollm2`` (the
+stateful SmolLM2-135M IR, g64, ratio 1, backup_mode NONE), ``qwen`` (the stateful Qwen2.5-1.5B-shaped IR, g128, the
+same settings; not in the default set: ~1.1 GB download).
 
 Latency: all variants of a model are compiled in one process (``PERFORMANCE_HINT=LATENCY``,
 ``INFERENCE_NUM_THREADS=2``, otherwise the CPU plugin's defaults unless ``--config`` says otherwise) and measured
 in interleaved rounds; in each round the variants take turns, one inference at a time, at 128-token prefills and then
-at single-token decode steps (continuing each variant's KV cache for SmolLM2). Reported: medians over rounds, and
-the median over rounds of each round's ratio to RTN.
+at single-token decode steps (continuing each variant's KV cache for SmolLM2). The rounds are split among
+``--latency-processes`` fresh processes (default 3), each compiling the variants in a new random order: one compiled
+instance of a model can run 10% faster or slower than another of the same IR (``measure_latency``). Reported: medians
+over rounds, and the median over rounds of each round's ratio to RTN.
 Memory: every variant is read, compiled and run once (prefill + one decode step) in a fresh child process; the RSS
 growth over a baseline (the CPU plugin already loaded by a tiny model) is reported, steady and peak.
 
     python benchmarks/inference.py --out results/inference.json              # all three models (~35 min, 2 busy cores)
     python benchmarks/inference.py --quick --models matmul,decoder            # smoke run (~1 min)
     python benchmarks/inference.py --models smollm2 --config accuracy         # f32, no dynamic quantization
+    python benchmarks/inference.py --models qwen1.5b_layers,qwen7b_layers --variants rtn,hqq_float,hqq_split,\
+        hqq_split_f16 --memory-rounds 1 --out results/inference_layers.json  # the 1.5B / 7B layer shapes
+
+``--max-isa`` caps the instruction sets oneDNN uses (``ONEDNN_MAX_CPU_ISA``, set before the CPU plugin loads, and in
+the memory probes' processes): ``--max-isa AVX512_CORE_VNNI --config f32`` runs an AVX-512 CPU with VNNI but without
+BF16 (Cascade Lake, Ice Lake) on this one. Caps below that (AVX2, AVX2_VNNI) make the plugin fail to create its
+compressed FullyConnected primitives (it still sees the CPU's own capabilities), so AVX2-only CPUs cannot be
+emulated this way.
 """
 
 from __future__ import annotations
@@ -37,6 +56,7 @@ import dataclasses
 import gc
 import json
 import logging
+import os
 import platform
 import subprocess
 import sys
@@ -52,14 +72,18 @@ from nncf.common.logging import nncf_logger
 from openvino import opset13 as opset
 
 PREFILL_TOKENS = 128
+MODELS = ("matmul", "decoder", "qwen1.5b_layers", "qwen7b_layers", "smollm2", "qwen")
+DEFAULT_MODELS = ("matmul", "decoder", "qwen1.5b_layers", "qwen7b_layers", "smollm2")
 THREADS = 2
 PROBE_FLAG = "--_memory-probe"
 LOWBIT_FLAG = "--_lowbit-probe"
+LATENCY_FLAG = "--_latency-probe"
 
 #: Extra CPU properties on top of PERFORMANCE_HINT=LATENCY and INFERENCE_NUM_THREADS=2.
 CONFIGS: dict[str, dict[str, str]] = {
     "default": {},
     "no-dq": {"DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"},
+    "f32": {"INFERENCE_PRECISION_HINT": "f32"},  # what the plugin picks on CPUs without bf16 (with --max-isa)
     "accuracy": {
         "INFERENCE_PRECISION_HINT": "f32",
         "KV_CACHE_PRECISION": "f32",
@@ -87,6 +111,8 @@ class Variant:
     hqq: bool = False
     hqq_params: dict[str, Any] | None = None
     grouped: bool = True  # INT8 modes are per channel in NNCF
+    #: Written from the ``hqq_float`` IR by ``split_float_zero_points`` with this correction type.
+    split_correction: str | None = None
 
 
 VARIANTS: dict[str, Variant] = {
@@ -94,7 +120,8 @@ VARIANTS: dict[str, Variant] = {
     "rtn": Variant("INT4_ASYM"),
     "hqq_float": Variant("INT4_ASYM", hqq=True),
     "hqq_int": Variant("INT4_ASYM", hqq=True, hqq_params={"zero_point_format": "integer", "refine_rounds": 5}),
-    "hqq_split": Variant("INT4_ASYM", hqq=True, hqq_params={"zero_point_format": "split"}),
+    "hqq_split": Variant("INT4_ASYM", hqq=True, hqq_params={"zero_point_format": "split"}, split_correction="int8"),
+    "hqq_split_f16": Variant("INT4_ASYM", hqq=True, split_correction="f16"),
     "int4_sym": Variant("INT4_SYM"),
     "int8_rtn": Variant("INT8_ASYM", grouped=False),
     "int8_hqq": Variant("INT8_ASYM", hqq=True, grouped=False),
@@ -154,6 +181,32 @@ def decoder_stack(hidden: int, intermediate: int, kv: int, layers: int, seed: in
     return ov.Model([opset.result(h)], [x], "decoder_stack")
 
 
+def qwen_layers(hidden: int, intermediate: int, kv: int, layers: int, seed: int = 0) -> ov.Model:
+    """Decoder layers at Qwen2.5's MatMul shapes: norm gain, q/k/v projections with biases (each its own MatMul, as
+    in the exported models), a cheap mix of q, k and v in place of attention, o, SiLU-gated MLP (gate, up, down)."""
+    rng = np.random.default_rng(seed)
+    x = opset.parameter([1, -1, hidden], ov.Type.f32, name="x")
+    h: ov.Node = x
+
+    def gain() -> ov.Node:
+        return opset.constant((1.0 + rng.random(hidden)).astype(np.float32))
+
+    def biased(source: ov.Node, out_features: int) -> ov.Node:
+        bias = opset.constant((0.02 * rng.standard_normal(out_features)).astype(np.float32))
+        return opset.add(_linear(source, rng, out_features, hidden), bias)
+
+    for _ in range(layers):
+        normed = opset.multiply(h, gain())
+        q, k, v = biased(normed, hidden), biased(normed, kv), biased(normed, kv)
+        mix = opset.sigmoid(opset.reduce_mean(opset.multiply(k, v), np.int64(-1), True))
+        h = opset.add(h, _linear(opset.multiply(q, mix), rng, hidden, hidden))
+        normed = opset.multiply(h, gain())
+        gate = opset.swish(_linear(normed, rng, intermediate, hidden))
+        up = _linear(normed, rng, intermediate, hidden)
+        h = opset.add(h, _linear(opset.multiply(gate, up), rng, hidden, intermediate))
+    return ov.Model([opset.result(h)], [x], "qwen_layers")
+
+
 def smollm2_model() -> ov.Model:
     from nncf_hqq.llm.layout import ir_xml
     from nncf_hqq.llm.zoo import smollm2_ov_dir
@@ -173,9 +226,16 @@ def model_specs(quick: bool) -> dict[str, ModelSpec]:
         matmul, decoder = (lambda: matmul_stack(1024, 2)), (lambda: decoder_stack(512, 1408, 128, 2))
     else:
         matmul, decoder = (lambda: matmul_stack(4096, 4)), (lambda: decoder_stack(2048, 5632, 512, 2))
+    layers_15b, layers_7b = (1, 1) if quick else (4, 2)
+    qwen15, qwen7 = (
+        (lambda: qwen_layers(1536, 8960, 256, layers_15b)),
+        (lambda: qwen_layers(3584, 18944, 512, layers_7b)),
+    )
     return {
         "matmul": ModelSpec("matmul", matmul, 128, stateful_llm=False, all_layers=True),
         "decoder": ModelSpec("decoder", decoder, 128, stateful_llm=False, all_layers=True),
+        "qwen1.5b_layers": ModelSpec("qwen1.5b_layers", qwen15, 128, stateful_llm=False, all_layers=True),
+        "qwen7b_layers": ModelSpec("qwen7b_layers", qwen7, 128, stateful_llm=False, all_layers=True),
         "smollm2": ModelSpec("smollm2", smollm2_model, 64, stateful_llm=True, all_layers=False),
         "qwen": ModelSpec("qwen", qwen_model, 128, stateful_llm=True, all_layers=False),
     }
@@ -204,8 +264,17 @@ def compress(model: ov.Model, spec: ModelSpec, variant: Variant) -> ov.Model:
     return nncf_hqq.compress_weights(model, **kwargs)
 
 
+def split_variant(float_xml: Path, correction: str) -> ov.Model:
+    """The ``hqq_float`` IR with its f16 zero points split (``correction``: how the correction weights are stored)."""
+    from nncf_hqq.openvino.split import split_float_zero_points
+
+    model = ov.Core().read_model(float_xml)
+    split_float_zero_points(model, correction=correction)
+    return model
+
+
 def decompression_summary(model: ov.Model) -> dict[str, int]:
-    """Counts of the constants by role and type: ``zero_point:u4``, ``scale:f16``, ``hqq_split_correction:f16``
+    """Counts of the constants by role and type: ``zero_point:u4``, ``scale:f16``, ``hqq_split_correction:i8``
     (split zero points), ``weight:u4`` (weights: the other constants of at least 4096 elements, e.g. ``weight:f16``
     for uncompressed ones)."""
     counts: dict[str, int] = {}
@@ -242,13 +311,22 @@ def prepare_models(
     """
     source: ov.Model | None = None
     info: dict[str, dict[str, Any]] = {}
-    for name in variants:
+    for name in sorted(variants, key=lambda n: VARIANTS[n].split_correction is not None):  # hqq_float before splits
         xml = workdir / spec.name / name / "model.xml"
         seconds = None
         if not (reuse and xml.is_file()):
-            source = source or f16_source(spec, workdir)
             start = time.perf_counter()
-            model = compress(source, spec, VARIANTS[name])
+            correction = VARIANTS[name].split_correction
+            float_xml = workdir / spec.name / "hqq_float" / "model.xml"
+            if correction is not None and not (float_xml.is_file() and ("hqq_float" in variants or reuse)):
+                source = source or f16_source(spec, workdir)
+                float_xml.parent.mkdir(parents=True, exist_ok=True)
+                ov.save_model(compress(source, spec, VARIANTS["hqq_float"]), float_xml)
+            if correction is not None:
+                model = split_variant(float_xml, correction)
+            else:
+                source = source or f16_source(spec, workdir)
+                model = compress(source, spec, VARIANTS[name])
             seconds = time.perf_counter() - start
             xml.parent.mkdir(parents=True, exist_ok=True)
             ov.save_model(model, xml)
@@ -336,14 +414,15 @@ def input_width(model: ov.Model) -> int:
 # --------------------------------------------------------------------------------------------------------------------
 # Latency: all variants in one process, interleaved rounds
 # --------------------------------------------------------------------------------------------------------------------
-def compile_runners(spec: ModelSpec, info: dict[str, dict[str, Any]], config: str) -> dict[str, Runner]:
+def compile_runners(xmls: dict[str, str], stateful_llm: bool, config: str, order: list[str]) -> dict[str, Runner]:
+    """The variants compiled in ``order`` (returned in the order of ``xmls``)."""
     core = ov.Core()
     runners: dict[str, Runner] = {}
-    for name, variant_info in info.items():
-        model = core.read_model(variant_info["xml"])
+    for name in order:
+        model = core.read_model(xmls[name])
         compiled = core.compile_model(model, "CPU", cpu_config(config))
-        runners[name] = Runner(compiled, spec.stateful_llm, input_width(model))
-    return runners
+        runners[name] = Runner(compiled, stateful_llm, input_width(model))
+    return {name: runners[name] for name in xmls}
 
 
 def one_round(
@@ -366,20 +445,58 @@ def one_round(
     return {name: (float(np.median(prefills[name])), float(np.median(decodes[name]))) for name in names}
 
 
-def measure_latency(
-    spec: ModelSpec, info: dict[str, dict[str, Any]], config: str, rounds: int, prefill_reps: int, decode_steps: int
-) -> dict[str, Any]:
-    """Per-variant, per-round median prefill and decode seconds (see ``one_round``)."""
-    runners = compile_runners(spec, info, config)
-    rng = np.random.default_rng(0)
+def latency_probe(request: dict[str, Any]) -> dict[str, Any]:
+    """In this (fresh) process: the variants compiled in a random order (seeded by ``request["seed"]``), then
+    per-variant, per-round median prefill and decode seconds (see ``one_round``)."""
+    xmls: dict[str, str] = request["xmls"]
+    rng = np.random.default_rng(request["seed"])
+    order = [str(name) for name in rng.permutation(list(xmls))]
+    runners = compile_runners(xmls, request["stateful_llm"], request["config"], order)
     one_round(runners, rng, 2, 4)  # warm-up: first inferences allocate and repack
     times: dict[str, dict[str, list[float]]] = {name: {"prefill": [], "decode": []} for name in runners}
-    for _ in range(rounds):
-        for name, (prefill, decode) in one_round(runners, rng, prefill_reps, decode_steps).items():
+    for _ in range(request["rounds"]):
+        for name, (prefill, decode) in one_round(
+            runners, rng, request["prefill_reps"], request["decode_steps"]
+        ).items():
             times[name]["prefill"].append(prefill)
             times[name]["decode"].append(decode)
     properties = {name: recorded_properties(runner.compiled) for name, runner in runners.items()}
-    return {"times": times, "properties": properties}
+    return {"times": times, "properties": properties, "compile_order": order}
+
+
+def measure_latency(
+    spec: ModelSpec,
+    info: dict[str, dict[str, Any]],
+    config: str,
+    rounds: int,
+    prefill_reps: int,
+    decode_steps: int,
+    processes: int = 1,
+) -> dict[str, Any]:
+    """``latency_probe`` in ``processes`` fresh child processes, ``rounds`` split among them, the times pooled.
+
+    One compiled instance of a model runs at its own speed: three compilations of the same IR in one process decoded
+    a token of the 1.5B-shaped layers in 5.1, 4.7 and 4.5 ms (the same order in every repetition), more than the
+    differences between some variants. Each process compiles the variants in a new random order, so that this
+    spread falls on every variant alike over the processes."""
+    request = {
+        "xmls": {name: variant_info["xml"] for name, variant_info in info.items()},
+        "stateful_llm": spec.stateful_llm,
+        "config": config,
+        "rounds": -(-rounds // processes),
+        "prefill_reps": prefill_reps,
+        "decode_steps": decode_steps,
+    }
+    times: dict[str, dict[str, list[float]]] = {name: {"prefill": [], "decode": []} for name in info}
+    orders, properties = [], {}
+    for seed in range(processes):
+        result = _child([LATENCY_FLAG, json.dumps(request | {"seed": seed})])
+        for name, phases in result["times"].items():
+            for phase, values in phases.items():
+                times[name][phase].extend(values)
+        orders.append(result["compile_order"])
+        properties = result["properties"]
+    return {"times": times, "properties": properties, "compile_orders": orders}
 
 
 def summarize_latency(times: dict[str, dict[str, list[float]]]) -> dict[str, dict[str, float]]:
@@ -559,7 +676,8 @@ def _formats(constants: dict[str, int]) -> str:
     weight = max((k for k in constants if k.startswith("weight:")), key=constants.__getitem__, default="weight:?")
     zero_point = max((k for k in constants if k.startswith("zero_point:")), key=constants.__getitem__, default="")
     text = weight.split(":")[1] + (f" / zp {zero_point.split(':')[1]}" if zero_point else "")
-    return text + (" + correction" if any(k.startswith("hqq_split_correction:") for k in constants) else "")
+    corrections = sorted(k.split(":")[1] for k in constants if k.startswith("hqq_split_correction:"))
+    return text + (f" + {'/'.join(corrections)} correction" if corrections else "")
 
 
 def print_tables(model: str, result: dict[str, Any]) -> None:
@@ -612,22 +730,30 @@ def report(path: Path) -> None:
     config = results["environment"]["config_name"]
     if "lowbit" in results:
         print_lowbit(results["lowbit"], config)
-    for model in ("matmul", "decoder", "smollm2"):
+    for model in MODELS:
         if model in results:
             results[model]["latency"] = summarize_latency(results[model]["latency_seconds"])
             print_tables(model, results[model])
 
 
 def environment(config: str) -> dict[str, Any]:
+    """Versions, the CPU (model name, kind, the ``/proc/cpuinfo`` flags that pick OpenVINO's kernels, and the
+    plugin's view of it) and the CPU properties."""
+    from nncf_hqq.llm.cpu import this_cpu
     from nncf_hqq.llm.records import versions
 
+    cpu = this_cpu()
     return {
         **versions(),
+        "cpu_model": cpu.model,
+        "cpu_kind": cpu.kind,
+        "isa": cpu.isa(),
         "machine": platform.machine(),
         "cpu": ov.Core().get_property("CPU", "FULL_DEVICE_NAME"),
         "cpu_capabilities": list(ov.Core().get_property("CPU", "OPTIMIZATION_CAPABILITIES")),
         "config_name": config,
         "config": cpu_config(config),
+        "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA"),
     }
 
 
@@ -636,8 +762,10 @@ def run_model(spec: ModelSpec, variants: list[str], args: argparse.Namespace, wo
     info = prepare_models(spec, variants, workdir, reuse=args.reuse)
     print(f"[{spec.name}] memory ({args.memory_rounds} fresh process(es) per variant)")
     memory = measure_memory(spec, info, args.config, args.memory_rounds)
-    print(f"[{spec.name}] latency ({args.rounds} interleaved rounds)")
-    measured = measure_latency(spec, info, args.config, args.rounds, args.prefill_reps, args.decode_steps)
+    print(f"[{spec.name}] latency ({args.rounds} interleaved rounds in {args.latency_processes} process(es))")
+    measured = measure_latency(
+        spec, info, args.config, args.rounds, args.prefill_reps, args.decode_steps, args.latency_processes
+    )
     result = {
         "config": args.config,
         "group_size": spec.group_size,
@@ -646,6 +774,7 @@ def run_model(spec: ModelSpec, variants: list[str], args: argparse.Namespace, wo
         "latency": summarize_latency(measured["times"]),
         "latency_seconds": measured["times"],
         "compiled_properties": measured["properties"],
+        "compile_orders": measured["compile_orders"],
     }
     print_tables(spec.name, result)
     return result
@@ -653,9 +782,7 @@ def run_model(spec: ModelSpec, variants: list[str], args: argparse.Namespace, wo
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
-        "--models", default="matmul,decoder,smollm2", help="comma-separated: matmul,decoder,smollm2,qwen"
-    )
+    parser.add_argument("--models", default=",".join(DEFAULT_MODELS), help=f"comma-separated: {','.join(MODELS)}")
     parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of the variants")
     parser.add_argument("--config", default="default", choices=sorted(CONFIGS), help="extra CPU properties")
     parser.add_argument("--quick", action="store_true", help="small synthetic shapes, few rounds")
@@ -663,14 +790,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--prefill-reps", type=int, default=3, help="prefills per variant and round")
     parser.add_argument("--decode-steps", type=int, default=16, help="decode steps per variant and round")
     parser.add_argument("--memory-rounds", type=int, default=None, help="fresh processes per variant (default 3)")
+    parser.add_argument(
+        "--latency-processes", type=int, default=None, help="fresh processes the latency rounds are split among (3)"
+    )
     parser.add_argument("--workdir", type=Path, default=None, help="keep the compressed IRs here (default: temp)")
     parser.add_argument("--lowbit", action="store_true", help="also probe u2/u3/u4/u8 x zero-point formats")
     parser.add_argument("--reuse", action="store_true", help="take IRs already in --workdir instead of compressing")
     parser.add_argument("--report", type=Path, default=None, help="only print the tables of a saved JSON")
+    parser.add_argument("--max-isa", default=None, help="ONEDNN_MAX_CPU_ISA for this run, e.g. AVX512_CORE_VNNI")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
     args = parser.parse_args(argv)
     args.rounds = args.rounds or (3 if args.quick else 15)
     args.memory_rounds = args.memory_rounds or (1 if args.quick else 3)
+    args.latency_processes = args.latency_processes or (1 if args.quick else 3)
     unknown = sorted(set(args.variants.split(",")) - set(VARIANTS))
     if unknown or "rtn" not in args.variants.split(","):
         parser.error(f"unknown variants {unknown}; the variants must include rtn (the ratios' baseline)")
@@ -682,6 +814,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.report:
         report(args.report)
         return {}
+    if args.max_isa:  # read by oneDNN when the CPU plugin first runs; inherited by the child processes
+        os.environ["ONEDNN_MAX_CPU_ISA"] = args.max_isa
     nncf_logger.setLevel(logging.WARNING)
     specs = model_specs(args.quick)
     variants = args.variants.split(",")
@@ -702,6 +836,8 @@ if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == PROBE_FLAG:
         xml, stateful, config = sys.argv[2:5]
         print(json.dumps(memory_probe(xml, bool(int(stateful)), config)))
+    elif len(sys.argv) > 1 and sys.argv[1] == LATENCY_FLAG:
+        print(json.dumps(latency_probe(json.loads(sys.argv[2]))))
     elif len(sys.argv) > 1 and sys.argv[1] == LOWBIT_FLAG:
         print(json.dumps(lowbit_probe(sys.argv[2], sys.argv[3])))
     else:

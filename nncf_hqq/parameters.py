@@ -17,10 +17,11 @@ class ZeroPointFormat(str, Enum):
 
     FLOAT: an f16 constant (OpenVINO CPU runs such layers without its int8 dynamic quantization, more slowly).
     INTEGER: u4/u8 like NNCF's RTN (fastest OpenVINO kernels); HQQ then optimises under that constraint.
-    SPLIT: HQQ's float zero point written as the nearest integer one (u4/u8, RTN's fast kernels) plus an exact
-        correction of the layer's output from the sums of its input over each group (``nncf_hqq.openvino.split``):
-        the float zero point's model on the integer zero point's kernels, plus the corrections' cost
-        (docs/inference.md). OpenVINO backend only.
+    SPLIT: HQQ's float zero point written as the nearest integer one (u4/u8, RTN's fast kernels) plus a
+        correction of the layer's output from the sums of its input over each group (``nncf_hqq.openvino.split``;
+        int8 correction weights, rounded to about the f16 zero point's own precision): the float zero point's
+        model on the integer zero point's kernels, plus the corrections' cost (docs/inference.md). OpenVINO
+        backend only.
     """
 
     FLOAT = "float"

@@ -193,22 +193,28 @@ def test_split_zero_point_model_generates_what_the_float_zero_point_model_genera
     tiny_llm: tuple[Path, Any], tmp_path: Path
 ) -> None:
     """The stateful IR through optimum-intel: it generates with default CPU settings, and in f32 without activation
-    quantization (PROTOCOL.md) it gives the float-zero-point model's greedy tokens and logits."""
+    quantization (PROTOCOL.md) it gives the float-zero-point model's logits (to the rounding of the int8
+    corrections, well under 2^-11 of the largest) and, on the float model's greedy continuation, its greedy tokens
+    wherever the float model's top two logits are further apart than that rounding (this random model has exact
+    near-ties, 1.6e-5 apart, that any rounding may flip)."""
     optimum_intel = pytest.importorskip("optimum.intel")
     accuracy = {"INFERENCE_PRECISION_HINT": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": "0"}
     inputs = tiny_llm[1]("w1 w2 w3 w4 w5", return_tensors="pt")
-    outputs = {}
+    models = {}
     for zero_point in ("float", "split"):
         out = tmp_path / zero_point
         compress(tiny_llm[0], out, group_size=64, zero_point=zero_point, log=quiet)
         generate(out, tiny_llm[1])
         genai_generate(out, tiny_llm[1])
-        model = optimum_intel.OVModelForCausalLM.from_pretrained(out, ov_config=accuracy)
-        tokens = model.generate(**inputs, max_new_tokens=8, min_new_tokens=8, do_sample=False)
-        outputs[zero_point] = tokens.tolist(), model(**inputs).logits.numpy()
-    assert outputs["split"][0] == outputs["float"][0]
-    difference = np.abs(outputs["split"][1] - outputs["float"][1]).max() / np.abs(outputs["float"][1]).max()
-    assert difference < 2.0**-11
+        models[zero_point] = optimum_intel.OVModelForCausalLM.from_pretrained(out, ov_config=accuracy)
+    tokens = models["float"].generate(**inputs, max_new_tokens=8, min_new_tokens=8, do_sample=False)
+    logits = {name: model(input_ids=tokens).logits.numpy()[0] for name, model in models.items()}
+    difference = np.abs(logits["split"] - logits["float"]).max()
+    assert difference / np.abs(logits["float"]).max() < 2.0**-11
+    top_two = np.sort(logits["float"], axis=-1)[:, -2:]
+    clear = top_two[:, 1] - top_two[:, 0] > 2 * difference
+    assert clear.sum() >= len(clear) // 2
+    np.testing.assert_array_equal(logits["split"].argmax(-1)[clear], logits["float"].argmax(-1)[clear])
 
 
 def test_a_hf_dir_is_exported_once_and_calibrated_on_a_dataset(

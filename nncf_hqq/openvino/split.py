@@ -8,12 +8,22 @@ the input ``x`` of a MatMul the remainder only needs the sum of ``x`` over each 
 
 ``W_int`` is an ordinary u4/u8-zero-point weight, which OpenVINO's CPU plugin runs on its int8 dynamic-quantization
 kernels (an f16 zero point takes a layer off them); the correction is a MatMul ``1 / group_size`` the size of the
-layer: per MatMul, Reshape -> ReduceSum -> MatMul (f16 constant ``C``) -> Add after the MatMul (after its bias),
-named ``{weight}/hqq_split_correction`` (the constant) and ``{matmul}/hqq_split_correction`` (the Add).
+layer: per MatMul, Reshape -> ReduceSum -> MatMul (weight ``C``) -> Add after the MatMul (after its bias), named
+``{weight}/hqq_split_correction`` (the constant) and ``{matmul}/hqq_split_correction`` (the Add).
 
-Each MatMul gets its own chain. Sharing the group sums between MatMuls that read the same input (Q/K/V, gate/up),
-or merging their corrections into one MatMul and splitting its output, measured slower on OpenVINO 2026.4 CPU
-(docs/inference.md): the CPU plugin pays per node at decode, and a split costs more than the sums it saves.
+``C`` of a 2-D grouped weight is stored as symmetric int8 codes with one f32 scale per row
+(``{weight}/hqq_split_correction_scale``): the CPU plugin runs that MatMul as a compressed FullyConnected on its
+int8 kernels too, and reads 1 byte per group instead of the 4 it holds for an f16 constant (it keeps f16 constants
+as f32), which is most of the split's cost at decode on large models (docs/inference.md). Its rounding,
+``max_g |C[n, g]| / 254`` per row, is at most ``s_max / 508`` for a row whose largest scale is ``s_max``: the size of
+the f16 rounding of the zero point it replaces (``z * s`` to ``s / 256`` for zero points in [8, 16)). Per-channel
+corrections (a broadcast product), 3-D expert weights and row lookups keep f16 constants
+(``correction="f16"`` keeps them for every weight).
+
+Each MatMul gets its own chain; the CPU plugin merges the identical group sums of MatMuls that read the same input
+(Q/K/V, gate/up) itself (4 ReduceSum nodes per Qwen2 layer in its runtime graph, not 7). Merging their corrections
+into one MatMul and splitting its output measured slower on OpenVINO 2026.4 CPU (docs/research-log.md,
+2026-12-01): the plugin pays per node at decode, and a split costs more than the MatMuls it saves.
 
 ``split_float_zero_points`` rewrites the f16-zero-point decompression subgraphs of a model (as
 ``nncf_hqq.openvino.decompression`` writes them) into that form; the maths of the split is
@@ -41,6 +51,9 @@ SPLIT_CODE_TYPES = {ov.Type.u4: 4, ov.Type.u8: 8}
 #: ``{matmul}/hqq_split_correction`` for the Add after the MatMul. They must not contain ``zero_point``: tools that
 #: find zero points by name (``.../zero_point``) would take the ``[out, groups]`` correction for one.
 CORRECTION_SUFFIX = "hqq_split_correction"
+#: How the correction weight ``C`` of a 2-D grouped weight is stored: "int8" (codes and a per-row f32 scale) or "f16".
+CORRECTION_TYPES = ("int8", "f16")
+INT8_LEVELS = 127
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,10 +194,28 @@ def _replace_zero_point(weight: FloatZeroPointWeight, integer: np.ndarray) -> No
 def _f16_constant(values: np.ndarray, element_type: ov.Type, name: str) -> ov.Output:
     """``values`` as an f16 Constant, converted to ``element_type``. f16 rounds a correction ``|c| <= s / 2`` to
     within ``s / 4096``, finer than the f16 rounding of the zero point it replaces (``z * s`` to ``s / 256`` for
-    zero points in [8, 16)). An int8 correction weight with per-row scales (the compressed-FullyConnected kernel)
-    measured slower at decode and held less precision."""
+    zero points in [8, 16))."""
     constant = opset.constant(np.ascontiguousarray(values, dtype=np.float16), dtype=ov.Type.f16, name=name)
     return opset.convert(constant, element_type).output(0) if element_type != ov.Type.f16 else constant.output(0)
+
+
+def int8_rows(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``values`` (``[out, groups]``) as symmetric int8 codes in [-127, 127] and one f32 scale per row, so that
+    ``codes * scale`` is within ``scale / 2`` of ``values``. A row of zeros gets scale 1 and zero codes."""
+    peak = np.abs(values.astype(np.float32)).max(axis=-1, keepdims=True)
+    scale = np.where(peak > 0, peak / INT8_LEVELS, 1.0).astype(np.float32)
+    codes = np.clip(np.rint(values / scale), -INT8_LEVELS, INT8_LEVELS).astype(np.int8)
+    return codes, scale
+
+
+def _int8_constant(values: np.ndarray, element_type: ov.Type, name: str) -> ov.Output:
+    """``values`` as int8 codes -> Convert f32 -> Multiply by the per-row f32 scale (the decompression pattern the CPU
+    plugin fuses into a compressed FullyConnected), converted to ``element_type``. The scale stays f32: a row's
+    scale is ``~s / 254``, below f16's normal range for typical weight scales ``s``."""
+    codes, scale = int8_rows(values)
+    weight = opset.convert(opset.constant(codes, dtype=ov.Type.i8, name=name), ov.Type.f32)
+    rows = opset.multiply(weight, opset.constant(scale, dtype=ov.Type.f32, name=f"{name}_scale"))
+    return opset.convert(rows, element_type).output(0) if element_type != ov.Type.f32 else rows.output(0)
 
 
 def _after_bias(output: ov.Output) -> ov.Output:
@@ -198,9 +229,10 @@ def _after_bias(output: ov.Output) -> ov.Output:
     return add.output(0) if _constant(_through(other, "Convert")) is not None else output
 
 
-def _add_correction(weight: FloatZeroPointWeight, correction: np.ndarray) -> None:
-    """``y += C groupsum(x)`` after the MatMul (and its bias): a MatMul with the ``[..., out, groups]`` correction,
-    or a broadcast product for one group per channel."""
+def _add_correction(weight: FloatZeroPointWeight, correction: np.ndarray, correction_type: str) -> None:
+    """``y += C groupsum(x)`` after the MatMul (and its bias): a MatMul with the ``[..., out, groups]`` correction
+    (int8 rows for a 2-D weight unless ``correction_type`` is "f16"), or a broadcast product for one group per
+    channel."""
     groups, group_size = weight.group_shape
     activation = weight.matmul.input_value(0)  # read now: an earlier correction may have replaced its source
     sums = _group_sums(activation, groups, group_size)
@@ -209,7 +241,8 @@ def _add_correction(weight: FloatZeroPointWeight, correction: np.ndarray) -> Non
         rows = _f16_constant(np.swapaxes(correction, -1, -2), activation.get_element_type(), name)
         product = opset.multiply(sums, rows)
     else:
-        rows = _f16_constant(correction, activation.get_element_type(), name)
+        as_int8 = correction_type == "int8" and correction.ndim == 2
+        rows = (_int8_constant if as_int8 else _f16_constant)(correction, activation.get_element_type(), name)
         product = opset.matmul(sums, rows, transpose_a=False, transpose_b=True)
     output = _after_bias(weight.matmul.output(0))
     consumers = list(output.get_target_inputs())
@@ -236,15 +269,22 @@ def _add_lookup_correction(weight: FloatZeroPointWeight, lookup: ov.Node, correc
         target.replace_source_output(corrected)
 
 
-def split_float_zero_points(model: ov.Model, names: Collection[str] | None = None) -> list[str]:
+def split_float_zero_points(
+    model: ov.Model, names: Collection[str] | None = None, correction: str = "int8"
+) -> list[str]:
     """Rewrites the f16-zero-point weights of ``model`` (all, or those whose codes constant is in ``names``) as
     integer zero points plus an output correction, in place; returns the names of the rewritten weights.
 
-    The model computes the same function (to the rounding of the stored corrections). Weights the split cannot take
+    ``correction`` ("int8" or "f16", ``CORRECTION_TYPES``) is how the correction weights of 2-D grouped weights are
+    stored. The model computes the same function to the rounding of the stored corrections (int8: ``scale / 2``
+    per group and row, see ``int8_rows``; f16: one f16 step). Weights the split cannot take
     (u2/u3 codes, a MatMul with ``transpose_a`` or an input of unknown rank, a decompressed weight that also feeds
     a node other than a row lookup) keep their f16 zero point, logged. A table tied to an LM head (a Gather of its
     rows) gets the same correction on the lookup's side.
     """
+    if correction not in CORRECTION_TYPES:
+        msg = f"correction must be one of {', '.join(CORRECTION_TYPES)}, got {correction!r}"
+        raise ValueError(msg)
     found = []
     for node in model.get_ordered_ops():
         weight = float_zero_point_weight(node) if node.get_type_name() == "MatMul" else None
@@ -254,14 +294,14 @@ def split_float_zero_points(model: ov.Model, names: Collection[str] | None = Non
     if names is not None and (left := sorted(set(names) - set(done))):
         nncf_logger.info(f"Float zero points kept (the split format cannot take these weights): {', '.join(left)}")
     for weight in found:
-        integer, correction = split_zero_point(
+        integer, remainder = split_zero_point(
             Tensor(weight.zero_point.get_data().astype(np.float32)),
             Tensor(weight.scale.get_data().astype(np.float32)),
             weight.bits,
         )
         _replace_zero_point(weight, integer.data)
-        rows = weight.correction_rows(correction.data)
-        _add_correction(weight, rows)
+        rows = weight.correction_rows(remainder.data)
+        _add_correction(weight, rows, correction)
         for lookup in weight.lookups:
             _add_lookup_correction(weight, lookup, rows)
     model.validate_nodes_and_infer_types()
