@@ -24,6 +24,7 @@ import pytest
 from nncf_hqq.llm import OptionError
 from nncf_hqq.llm import compress
 from nncf_hqq.llm import compress_job
+from nncf_hqq.llm import cpu
 from nncf_hqq.llm import source
 from nncf_hqq.llm import writing
 from nncf_hqq.llm import zoo
@@ -39,6 +40,7 @@ from tests.llm_helpers import recording_released_files
 from tests.llm_helpers import zero_point_types
 
 REPO = Path(__file__).resolve().parents[1]
+AVX512_CPUINFO = "model name\t: AMD EPYC 9654 96-Core Processor\nflags\t\t: avx2 avx512f avx512_vnni avx512_bf16\n"
 
 
 def quiet(_: str) -> None:
@@ -215,6 +217,42 @@ def test_split_zero_point_model_generates_what_the_float_zero_point_model_genera
     clear = top_two[:, 1] - top_two[:, 0] > 2 * difference
     assert clear.sum() >= len(clear) // 2
     np.testing.assert_array_equal(logits["split"].argmax(-1)[clear], logits["float"].argmax(-1)[clear])
+
+
+@pytest.mark.parametrize(
+    ("options", "expected", "chosen"),
+    [
+        pytest.param({}, {ov.Type.u4}, "split", id="this-cpu-without-amx"),
+        pytest.param({"target_cpu": "amx"}, {ov.Type.f16, ov.Type.u4}, "float", id="target-amx"),
+        pytest.param({"target_cpu": "avx2"}, {ov.Type.u4}, "split", id="target-avx2"),
+        pytest.param({"zero_point": "float"}, {ov.Type.f16, ov.Type.u4}, None, id="zero-point-given"),
+    ],
+)
+def test_the_zero_point_format_suits_the_target_cpu_and_is_recorded(
+    options: dict[str, Any],
+    expected: set[ov.Type],
+    chosen: str | None,
+    tiny_llm: tuple[Path, Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The tiny model counts as a large one here (SPLIT_MIN_PARAMETERS lowered) and the CPU as an AVX-512 one without
+    AMX: without zero_point, the job writes the format that suits target_cpu, says so and records it."""
+    monkeypatch.setattr(compress_job, "this_cpu", lambda: cpu.parse_cpuinfo(AVX512_CPUINFO))
+    monkeypatch.setattr(cpu, "SPLIT_MIN_PARAMETERS", 1)
+    lines: list[str] = []
+    out = tmp_path / "out"
+    compress(tiny_llm[0], out, group_size=64, backup_mode="none", self_calibration=False, log=lines.append, **options)
+    assert zero_point_types(out) == expected
+    record = json.loads((out / RECORD_NAME).read_text())
+    said = [line for line in lines if line.startswith("Zero points:")]
+    if chosen is None:
+        assert record["zero_point_choice"] is None and not said
+        return
+    assert record["zero_point_choice"]["format"] == chosen
+    assert record["zero_point_choice"]["target_cpu"] == options.get("target_cpu", "this")
+    assert len(said) == 1 and said[0].startswith(f"Zero points: {chosen}, for ")
+    assert ("AMD EPYC 9654" in said[0]) == ("target_cpu" not in options)
 
 
 def test_a_hf_dir_is_exported_once_and_calibrated_on_a_dataset(

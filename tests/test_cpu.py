@@ -89,3 +89,27 @@ def test_compress_notes_the_zero_point_for_this_cpu(
     monkeypatch.setattr(compress_job, "this_cpu", lambda: cpu.parse_cpuinfo(EPYC))
     note = compress_job.zero_point_note(options)
     assert (note is not None and "AMD EPYC 9654" in note) == noted
+
+
+@pytest.mark.parametrize(
+    ("kind", "parameters", "chosen"),
+    [
+        pytest.param(cpu.AMX, 7_000_000_000, "float", id="amx-7b"),
+        pytest.param(cpu.AMX, 135_000_000, "float", id="amx-135m"),
+        pytest.param(cpu.AVX512, 7_000_000_000, "split", id="avx512-7b"),
+        pytest.param(cpu.AVX512, cpu.SPLIT_MIN_PARAMETERS, "split", id="avx512-at-threshold"),
+        pytest.param(cpu.AVX512, cpu.SPLIT_MIN_PARAMETERS - 1, "float", id="avx512-below-threshold"),
+        pytest.param(cpu.AVX2, 1_500_000_000, "split", id="avx2-1.5b"),
+        pytest.param(cpu.OTHER, 1_500_000_000, "split", id="other-1.5b"),
+    ],
+)
+def test_zero_point_for_a_cpu_kind_and_size(kind: str, parameters: int, chosen: str) -> None:
+    format_, why = cpu.zero_point_for(kind, parameters)
+    assert format_ == chosen
+    small = kind != cpu.AMX and parameters < cpu.SPLIT_MIN_PARAMETERS
+    assert ("below 1B parameters" in why) == small
+
+
+def test_every_target_cpu_but_this_names_a_kind() -> None:
+    assert cpu.TARGET_CPUS["this"] is None
+    assert {kind for name, kind in cpu.TARGET_CPUS.items() if name != "this"} == {cpu.AMX, cpu.AVX512, cpu.AVX2}

@@ -32,6 +32,7 @@ from nncf_hqq.llm.compress_job import CHECKPOINT
 from nncf_hqq.llm.compress_job import ENCODER
 from nncf_hqq.llm.compress_job import CompressionResult
 from nncf_hqq.llm.compress_job import CompressJob
+from nncf_hqq.llm.cpu import TARGET_CPUS
 from nncf_hqq.llm.demo import DEFAULT_OUT
 from nncf_hqq.llm.demo import DEFAULT_WINDOWS as DEMO_WINDOWS
 from nncf_hqq.llm.demo import run_demo as demo
@@ -160,7 +161,18 @@ def _add_compress_arguments(p: argparse.ArgumentParser) -> None:
         type=Path,
         help="HF tokenizer dir for --dataset and for OUT's OpenVINO tokenizer IRs (default: MODEL's)",
     )
-    p.add_argument("--zero-point", choices=sorted(ZERO_POINT_FORMATS), help="HQQ zero point (default float)")
+    p.add_argument(
+        "--zero-point",
+        choices=sorted(ZERO_POINT_FORMATS),
+        help="HQQ's zero points (default: the format that suits --target-cpu: float with AMX or below 1B parameters, "
+        "split otherwise)",
+    )
+    p.add_argument(
+        "--target-cpu",
+        choices=tuple(TARGET_CPUS),
+        default="this",
+        help="the kind of CPU the model will run on, which picks the zero-point format (default: this one)",
+    )
     p.add_argument("--no-hqq", action="store_true", help="plain NNCF (round to nearest) instead of HQQ")
     p.add_argument(
         "--token-rows",

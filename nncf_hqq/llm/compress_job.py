@@ -24,8 +24,10 @@ from nncf_hqq.llm.compression import compress_hf_model
 from nncf_hqq.llm.compression import compress_timed
 from nncf_hqq.llm.compression import self_calibrated
 from nncf_hqq.llm.compression import self_calibration_obstacle
+from nncf_hqq.llm.cpu import TARGET_CPUS
 from nncf_hqq.llm.cpu import this_cpu
 from nncf_hqq.llm.cpu import zero_point_advice
+from nncf_hqq.llm.cpu import zero_point_for
 from nncf_hqq.llm.encoders import calibration_dataset as encoder_calibration_dataset
 from nncf_hqq.llm.encoders import is_encoder
 from nncf_hqq.llm.encoders import loader_hint
@@ -37,6 +39,7 @@ from nncf_hqq.llm.logs import progress_bars_only_on_a_terminal
 from nncf_hqq.llm.memory import PhaseEstimate
 from nncf_hqq.llm.memory import check_compress_memory
 from nncf_hqq.llm.memory import first_line
+from nncf_hqq.llm.memory import ir_size
 from nncf_hqq.llm.options import GROUP_SIZE_DEFAULT_TEXT
 from nncf_hqq.llm.options import GROUP_SIZE_FALLBACK
 from nncf_hqq.llm.options import SELF_CALIBRATION_MODES
@@ -143,6 +146,8 @@ class CompressJob:
         self.timer = StepTimer(log, at_boundary=return_free_heap, announce=on_a_terminal())
         self.start = time.perf_counter()
         self.estimates: tuple[PhaseEstimate, ...] = ()
+        #: The zero-point format chosen for ``target_cpu`` (recorded in OUT), when the job chose it.
+        self.zero_point_choice: dict[str, Any] | None = None
 
     def say(self, template: str, **values: Any) -> None:
         """Log a line whose ``{option}`` placeholders name options as this run's caller spells them."""
@@ -213,7 +218,7 @@ class CompressJob:
                     dataset = self._dataset(ir)
             compress_start = time.perf_counter()
             model = read_model(ir.xml)
-            data_free = compression = options.compression_options()
+            data_free = compression = self._zero_point_for_target(options.compression_options(), model)
             if dataset is None and options.self_calibration:
                 compression = self._self_calibration(compression, model, ir.files_dir)
             self.log(f"Compressing {ir.xml} ({compression.describe(dataset is not None)})")
@@ -236,6 +241,22 @@ class CompressJob:
             record = self._record(source, compression, compress_seconds)
             record["output_check"] = check.record() if check is not None else None
             return self._save(model, LLM, ir, out, compression, dataset is not None, record, check)
+
+    def _zero_point_for_target(self, compression: CompressionOptions, model: ov.Model) -> CompressionOptions:
+        """Without ``zero_point``, HQQ's zero points in the format that suits ``target_cpu`` and the model's size
+        (``cpu.zero_point_for``), said in one line and recorded; float stays the default format (None)."""
+        if not compression.hqq or compression.mode not in ZERO_POINT_MODES or compression.zero_point is not None:
+            return compression
+        target = self.options.target_cpu
+        cpu = this_cpu()
+        kind = TARGET_CPUS[target] or cpu.kind
+        parameters = ir_size(model).parameters
+        chosen, why = zero_point_for(kind, parameters)
+        described = f"this CPU, {cpu.describe()}" if target == "this" else f"a CPU with {kind}"
+        template = "Zero points: {chosen}, for {described}: {why} ({target_cpu}, {zero_point} choose)"
+        self.say(template, chosen=chosen, described=described, why=why)
+        self.zero_point_choice = {"format": chosen, "target_cpu": target, "cpu_kind": kind, "parameters": parameters}
+        return compression if chosen == "float" else dataclasses.replace(compression, zero_point=chosen)
 
     def _say_group_size(self, compression: CompressionOptions) -> None:
         if compression.adjusts_group_size():
@@ -393,7 +414,7 @@ class CompressJob:
             full_record = write_record(staging, record, timer)
             written = tuple(sorted(p.name for p in staging.iterdir()))
         self.log(f"phases: {timer.summary()}")
-        if (note := zero_point_note(compression)) is not None:
+        if self.zero_point_choice is None and (note := zero_point_note(compression)) is not None:
             self.log(note)
         return self._result(
             out,
@@ -452,6 +473,7 @@ class CompressJob:
             "source": source.name,
             "options": dataclasses.asdict(compression),
             "group_size_fallback": GROUP_SIZE_FALLBACK.value if compression.adjusts_group_size() else None,
+            "zero_point_choice": self.zero_point_choice,
             "hqq_params": dataclasses.asdict(params) if params is not None else None,
             "dataset": str(dataset) if dataset is not None else None,
             "self_calibration": dataclasses.asdict(compression.self_calibration)

@@ -1,8 +1,9 @@
-"""The CPU this runs on, and which zero-point format suits it (docs/inference.md, "Which zero point on which CPU").
+"""The CPU this runs on, and which zero-point format suits a CPU (docs/inference.md, "Which zero point on which CPU").
 
 OpenVINO's CPU plugin runs a MatMul with f16 zero points outside its int8 kernels on CPUs without AMX, where HQQ's
 float zero point then costs time against RTN's integer one; on Xeons with AMX it runs at RTN's speed, and the split
-format's extra nodes are the slower choice. ``nncf-hqq compress`` says which format suits the CPU it runs on.
+format's extra nodes are the slower choice. No IR can choose at load time, so ``nncf-hqq compress`` writes the format
+that suits the CPU it is told the model will run on (``target_cpu``; by default the one it runs on).
 """
 
 from __future__ import annotations
@@ -15,6 +16,11 @@ from pathlib import Path
 ISA_FLAGS = ("amx_tile", "amx_int8", "amx_bf16", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "avx2")
 #: The kinds of CPU the advice tells apart.
 AMX, AVX512, AVX2, OTHER = "AMX", "AVX-512 without AMX", "AVX2", "other"
+#: ``target_cpu`` choices: the kind of CPU a model is compressed for (``this``: the CPU the job runs on).
+TARGET_CPUS = {"this": None, "amx": AMX, "avx512": AVX512, "avx2": AVX2}
+#: Without AMX the split zero point runs nearer RTN's speed than the float one from about this many parameters; on
+#: smaller models its extra operations cost more than the float zero point does (docs/inference.md).
+SPLIT_MIN_PARAMETERS = 1_000_000_000
 
 
 @dataclass(frozen=True)
@@ -81,3 +87,14 @@ def zero_point_advice(zero_point: str | None, cpu: CpuInfo) -> str | None:
             "integer kernels, the better choice there for models of 1B parameters and more (docs/inference.md)"
         )
     return f"zero points: split suits {cpu_text}: without AMX it runs on RTN's integer kernels"
+
+
+def zero_point_for(kind: str, parameters: int) -> tuple[str, str]:
+    """The zero-point format (``"float"`` or ``"split"``) that suits a model of ``parameters`` on a CPU of ``kind``,
+    and why, in a few words."""
+    if kind == AMX:
+        return "float", "with AMX float zero points run at RTN's speed"
+    if parameters >= SPLIT_MIN_PARAMETERS:
+        return "split", "without AMX split zero points run on RTN's integer kernels"
+    billions = SPLIT_MIN_PARAMETERS / 1e9
+    return "float", f"below {billions:g}B parameters split zero points cost more than float ones, even without AMX"

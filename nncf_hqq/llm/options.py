@@ -20,6 +20,7 @@ from nncf import CompressWeightsMode
 from nncf.quantization.advanced_parameters import GroupSizeFallbackMode
 
 from nncf_hqq.hqq import SUPPORTED_MODES
+from nncf_hqq.llm.cpu import TARGET_CPUS
 from nncf_hqq.llm.export import ENCODER_TASK
 from nncf_hqq.openvino.graph import moe_gate_matmuls
 from nncf_hqq.parameters import HQQ_DEFAULT
@@ -293,6 +294,8 @@ class JobOptions(RecipeOptions):
         tokenizer IRs.
     :param task: ``"auto"`` (inferred as optimum infers it), ``"text-generation"`` or ``"feature-extraction"``.
     :param memory_check: refuse, before anything starts, a run whose phases need more memory than is available.
+    :param target_cpu: the kind of CPU the model will run on (``cpu.TARGET_CPUS``; ``"this"``: the one the job
+        runs on); without ``zero_point``, HQQ's zero points take the format that suits it (``cpu.zero_point_for``).
     """
 
     dataset: Path | None = None
@@ -304,6 +307,7 @@ class JobOptions(RecipeOptions):
     task: str = AUTO_TASK
     memory_check: bool = True
     backend: str = "auto"
+    target_cpu: str = "this"
 
     def __post_init__(self) -> None:
         for name in ("dataset", "self_prompt_text", "tokenizer"):
@@ -338,6 +342,7 @@ class JobOptions(RecipeOptions):
             "zero_point": (self.zero_point, (None, *ZERO_POINT_FORMATS)),
             "task": (self.task, TASKS),
             "backend": (self.backend, BACKENDS),
+            "target_cpu": (self.target_cpu, tuple(TARGET_CPUS)),
         }
         for name, (value, allowed) in choices.items():
             if value not in allowed:
