@@ -149,7 +149,7 @@ class RecipeOptions:
     """The options the job and NNCF share: how the model is compressed; ``None`` means NNCF's default.
 
     :param zero_point: ``"float"``, ``"int"`` or ``"split"`` (HQQ's zero-point format); ``None`` keeps
-        ``HQQ_DEFAULT``'s.
+        ``HQQ_DEFAULT``'s, or, in a compress job, takes the format that suits ``JobOptions.target_cpu``.
     :param token_rows: HQQ's ``calibration_token_rows`` (0: ``HQQ_DEFAULT``'s, NNCF's per-sample means).
     """
 
