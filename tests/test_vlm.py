@@ -216,6 +216,24 @@ def test_a_vlm_family_that_cannot_be_exported_is_refused_in_one_line(
     assert not (tmp_path / "out").exists()
 
 
+def test_a_checkpoint_with_its_own_code_is_refused_in_one_line_with_the_way_around(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hf_dir = tmp_path / "hf"
+    hf_dir.mkdir()
+    config = {
+        "model_type": "phi3_v",
+        "architectures": ["Phi3VForCausalLM"],
+        "auto_map": {"AutoModelForCausalLM": "modeling_phi3_v.Phi3VForCausalLM"},
+    }
+    (hf_dir / "config.json").write_text(json.dumps(config))
+    code, out, err = run_cli(["compress", hf_dir, tmp_path / "out"], capsys)
+    assert code == 1 and out == ""
+    [line] = [line for line in err.splitlines() if "error:" in line]
+    assert "comes with its own model code (Phi3VForCausalLM" in line and "--trust-remote-code" in line
+    assert f"--task {VLM_TASK}" in line and "compress DIR" in line
+
+
 def test_the_tested_vlm_families_export_with_the_installed_stack() -> None:
     assert {family: export_obstacle(family, VLM_TASK) for family in TINY_VLM_FAMILIES} == dict.fromkeys(
         TINY_VLM_FAMILIES

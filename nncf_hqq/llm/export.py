@@ -133,14 +133,22 @@ def _task_from_architectures(hf_dir: Path) -> ExportTask:
     import transformers
     from optimum.exporters.tasks import TasksManager
 
-    architectures = json.loads((hf_dir / HF_CONFIG).read_text()).get("architectures") or []
+    config = json.loads((hf_dir / HF_CONFIG).read_text())
+    architectures = config.get("architectures") or []
     if not architectures:
         return ExportTask("text-generation", TRANSFORMERS, "config.json names no architecture: taken as a causal LM")
     name = str(architectures[0])
     model_class = getattr(transformers, name, None)
+    if model_class is None and config.get("auto_map"):
+        msg = (
+            f"{hf_dir} comes with its own model code ({name}, its config's auto_map), which nncf-hqq compress does "
+            "not run: export it with `optimum-cli export openvino --trust-remote-code --model MODEL --weight-format "
+            f"fp16 DIR` (with --task {VLM_TASK} for a vision-language model) and compress DIR"
+        )
+        raise UnsupportedTaskError(msg)
     if model_class is None:
         msg = f"cannot infer the task of {hf_dir}: transformers has no class {name!r} (its config's architecture)"
-        raise UnsupportedTaskError(f"{msg}; pass --task text-generation or --task {ENCODER_TASK}")
+        raise UnsupportedTaskError(f"{msg}; pass --task text-generation, --task {ENCODER_TASK} or --task {VLM_TASK}")
     try:
         task = TasksManager.infer_task_from_model(model_class)
     except ValueError as err:
