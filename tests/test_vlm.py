@@ -180,6 +180,21 @@ def test_a_vlm_export_dir_is_compressed_from_python(tmp_path: Path) -> None:
         compress(ir_dir, ir_dir, log=lines.append)
 
 
+@pytest.mark.slow
+def test_a_llava_checkpoint_is_compressed_and_answers_with_an_image(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """LLaVA: a CLIP vision tower and a projector in one vision-embeddings IR, no merger, a Llama language model."""
+    hf_dir = save_tiny_vlm("llava", tmp_path / "hf")
+    args = ["compress", hf_dir, tmp_path / "out", "--group-size", "64", "--no-self-calibration"]
+    code, _, err = run_cli(args, capsys)
+    assert code == 0, err
+    parts = json.loads((tmp_path / "out" / RECORD_NAME).read_text())["vlm"]["parts"]
+    assert list(parts) == ["language_model", "text_embeddings_model", "vision_embeddings_model"]
+    assert "Self-calibration not used" not in err  # not asked for
+    vlm_pipeline_generates(tmp_path / "out")
+
+
 def test_options_that_need_calibration_data_are_refused_for_a_vlm(tmp_path: Path) -> None:
     hf_dir = tmp_path / "hf"
     hf_dir.mkdir()

@@ -1,11 +1,12 @@
 """Tiny random vision-language checkpoints (image-text-to-text) built from their configs, offline, in seconds.
 
-``save_tiny_vlm(family, dir)`` writes a HF checkpoint dir of a tiny random ``qwen2_5_vl`` or ``qwen2_vl`` model
-(language model: two layers, hidden size 64; vision tower: two blocks of width 64, 14-pixel patches merged 2 x 2),
-a small byte-level BPE tokenizer with the Qwen vision tokens as special tokens (openvino-tokenizers converts such a
-tokenizer with its special tokens, as it does Qwen's own), a chat template, and the image processor's
-``preprocessor_config.json`` (the slow ``Qwen2VLImageProcessor``: no torchvision needed). Every reduction dimension
-of the language model is a multiple of 64, so ``group_size=64`` applies to every layer.
+``save_tiny_vlm(family, dir)`` writes a HF checkpoint dir of a tiny random ``qwen2_5_vl``, ``qwen2_vl`` or ``llava``
+model (language model: two layers, hidden size 64; vision tower: two blocks of width 64 over 14-pixel patches, merged
+2 x 2 for the Qwen families, a CLIP tower of 28-pixel images for LLaVA), a small byte-level BPE tokenizer with the
+image tokens as special tokens (openvino-tokenizers converts such a tokenizer with its special tokens, as it does
+Qwen's own), a chat template, and the image processor's ``preprocessor_config.json`` (slow processors: no
+torchvision needed). Every reduction dimension of the language model is a multiple of 64, so ``group_size=64``
+applies to every layer.
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ from typing import Any
 
 #: The vision tokens of the Qwen2-VL / Qwen2.5-VL processors and of OpenVINO GenAI's Qwen2-VL pipeline.
 VISION_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
-SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", *VISION_TOKENS)
+#: LLaVA's image token.
+IMAGE_TOKEN = "<image>"
+SPECIAL_TOKENS = ("<unk>", "<s>", "</s>", *VISION_TOKENS, IMAGE_TOKEN)
 VOCAB_SIZE = 320
 HIDDEN = 64
 #: A chat template that puts the image's tokens before the text, as Qwen's does (GenAI adds them itself).
 CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
 #: The families ``save_tiny_vlm`` builds.
-TINY_VLM_FAMILIES = ("qwen2_5_vl", "qwen2_vl")
+TINY_VLM_FAMILIES = ("qwen2_5_vl", "qwen2_vl", "llava")
 
 
 def bpe_tokenizer() -> Any:
@@ -46,7 +49,7 @@ def bpe_tokenizer() -> Any:
         eos_token="</s>",
         pad_token="</s>",
         unk_token="<unk>",
-        additional_special_tokens=list(VISION_TOKENS),
+        additional_special_tokens=[*VISION_TOKENS, IMAGE_TOKEN],
     )
 
 
@@ -54,7 +57,7 @@ def tiny_vlm_config(family: str, tokenizer: Any) -> Any:
     """The transformers config of a tiny ``family`` model whose vision token ids are ``tokenizer``'s."""
     import transformers
 
-    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in VISION_TOKENS}
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in (*VISION_TOKENS, IMAGE_TOKEN)}
     text = {
         "vocab_size": len(tokenizer),
         "hidden_size": HIDDEN,
@@ -69,6 +72,17 @@ def tiny_vlm_config(family: str, tokenizer: Any) -> Any:
         "rope_scaling": {"type": "mrope", "mrope_section": [2, 3, 3]},  # halves of the 16-wide heads
         "tie_word_embeddings": False,
     }
+    if family == "llava":
+        text.pop("rope_scaling")
+        vision = {"hidden_size": HIDDEN, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4}
+        vision |= {"image_size": 28, "patch_size": 14, "projection_dim": HIDDEN, "model_type": "clip_vision_model"}
+        return transformers.LlavaConfig(
+            text_config={**text, "model_type": "llama"},
+            vision_config=vision,
+            image_token_index=ids[IMAGE_TOKEN],
+            vision_feature_layer=-1,
+            image_seq_length=4,
+        )
     patches = {"patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "num_heads": 4}
     if family == "qwen2_5_vl":
         config_class = transformers.Qwen2_5_VLConfig
@@ -93,7 +107,7 @@ def tiny_vlm_config(family: str, tokenizer: Any) -> Any:
 
 def save_tiny_vlm(family: str, out_dir: Path) -> Path:
     """A HF checkpoint dir of a tiny random ``family`` VLM (seed 0) with its tokenizer, chat template and image
-    processor config (images of 56 x 56 to 112 x 112 pixels); returns ``out_dir``."""
+    processor config (Qwen: images resized to 56 x 56 to 112 x 112 pixels; LLaVA: 28 x 28); returns ``out_dir``."""
     import torch
     import transformers
 
@@ -104,6 +118,9 @@ def save_tiny_vlm(family: str, out_dir: Path) -> Path:
     model.save_pretrained(out_dir)
     tokenizer.chat_template = CHAT_TEMPLATE
     tokenizer.save_pretrained(out_dir)
-    processor = transformers.Qwen2VLImageProcessor(min_pixels=56 * 56, max_pixels=112 * 112)
+    if family == "llava":
+        processor = transformers.CLIPImageProcessor(size={"shortest_edge": 28}, crop_size={"height": 28, "width": 28})
+    else:
+        processor = transformers.Qwen2VLImageProcessor(min_pixels=56 * 56, max_pixels=112 * 112)
     processor.save_pretrained(out_dir)
     return out_dir
