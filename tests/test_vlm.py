@@ -23,6 +23,8 @@ import pytest
 from nncf_hqq.llm import OptionError
 from nncf_hqq.llm import cli
 from nncf_hqq.llm import compress
+from nncf_hqq.llm import vlm
+from nncf_hqq.llm.compression import compress_model
 from nncf_hqq.llm.export import VLM_TASK
 from nncf_hqq.llm.export import export_obstacle
 from nncf_hqq.llm.export import export_to_openvino
@@ -146,6 +148,7 @@ def test_a_vlm_checkpoint_is_exported_and_compressed_as_optimum_cli_does(
     assert parts["language_model"]["options"]["hqq"] is True and parts["language_model"]["options"]["group_size"] == 64
     assert all(parts[name]["recipe"] == OTHER_PARTS_RECIPE for name in list(parts)[1:])
     assert record["self_calibration"] is None and record["options"]["awq"] is False
+    assert record["vlm"]["language_model_data_free"].startswith("the language model of a vision-language model")
     assert "Self-calibration not used: the language model of a vision-language model takes input embeddings" in err
     assert "Exporting " in err and f"as {VLM_TASK}" in err and "memory: " in err
     lines = out.splitlines()
@@ -163,9 +166,10 @@ def test_the_compressed_vlm_answers_a_prompt_with_an_image(qwen2_5_vl_run: tuple
     optimum_generates(out_dir)
 
 
-def test_a_vlm_export_dir_is_compressed_from_python(tmp_path: Path) -> None:
+def test_a_vlm_export_dir_is_compressed_from_python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A Qwen2-VL model exported by optimum-intel (an IR dir, as ``optimum-cli --weight-format fp32`` writes it) is
-    compressed by ``nncf_hqq.llm.compress``, with the zero points for an AVX2 CPU, and answers with an image."""
+    compressed by ``nncf_hqq.llm.compress`` with integer zero points, and answers with an image; a run that fails
+    after the language model was written leaves OUT as it was."""
     hf_dir = save_tiny_vlm("qwen2_vl", tmp_path / "hf")
     ir_dir = export_to_openvino(hf_dir, tmp_path / "ir", VLM_TASK, convert_tokenizer=True)
     lines: list[str] = []
@@ -175,9 +179,22 @@ def test_a_vlm_export_dir_is_compressed_from_python(tmp_path: Path) -> None:
     assert list(result.phase_seconds) == ["compression", "saving"]
     assert weight_types(tmp_path / "out" / LANGUAGE_MODEL_XML)[1] == {ov.Type.u4, ov.Type.u8}
     assert any(line.startswith("language_model: int4_asym, group size 64, HQQ (int zero point)") for line in lines)
+    assert any(line.startswith("memory: compression: about ") for line in lines)
     vlm_pipeline_generates(tmp_path / "out")
     with pytest.raises(ValueError, match="out must differ from the directory of the source model"):
         compress(ir_dir, ir_dir, log=lines.append)
+
+    def fails_on_the_vision_parts(model: ov.Model, options: Any) -> ov.Model:
+        if options is vlm.OTHER_PARTS:
+            raise RuntimeError("a vision part failed")
+        return compress_model(model, options)
+
+    before = {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()}
+    monkeypatch.setattr(vlm, "compress_model", fails_on_the_vision_parts)
+    with pytest.raises(RuntimeError, match="a vision part failed"):
+        compress(ir_dir, tmp_path / "out", group_size=64, log=lines.append)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "out").iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out.")] == []
 
 
 @pytest.mark.slow

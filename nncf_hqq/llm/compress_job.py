@@ -213,7 +213,7 @@ class CompressJob:
         estimates = check_compress_memory(
             source.name,
             size,
-            not source.is_ir,
+            source.export is not None,  # a HF model: exported first
             generation if self_calibrates else None,
             held_out,
             self.log,

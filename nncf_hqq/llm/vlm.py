@@ -155,11 +155,12 @@ class VLMWritten:
     tokenizer_irs: tuple[str, ...]
 
     def record(self) -> dict[str, Any]:
-        """The ``vlm`` entry of ``nncf_hqq_compression.json``: each part's file, recipe, options and parameters."""
+        """The ``vlm`` entry of ``nncf_hqq_compression.json``: each part's file, recipe, options, parameters and
+        seconds, and why the language model is compressed data-free."""
         return {
             "task": VLM_TASK,
             "parts": {part.name: dataclasses.asdict(part) for part in self.parts},
-            "self_calibration_not_used": NO_SELF_CALIBRATION,
+            "language_model_data_free": NO_SELF_CALIBRATION,
         }
 
 
