@@ -3,8 +3,8 @@
 model compressed with HQQ and the other parts INT8_SYM as optimum-cli compresses them, and the dir written answers a
 prompt with an image in ``openvino_genai.VLMPipeline`` and in optimum-intel's ``OVModelForVisualCausalLM``.
 
-Each export takes 15-40 s on 2 cores; the two families share one export each. The refusals need only a
-``config.json``.
+Three exports (one per family; the Qwen2.5-VL one shared by two tests): the file takes about 60 s of CPU time (4 min
+of wall time on the shared 2 cores at a load average of 25). The refusals need only a ``config.json``.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The compress job as one Python call: ``compress(model, out, **options)`` turns a HF checkpoint (a dir or a hub id)
-or an OpenVINO IR into a compressed model dir, and returns what it did (``CompressionResult``).
+or an OpenVINO IR into a compressed model dir, and returns what it did (``CompressionResult``). LLMs, encoders and
+vision-language models (``nncf_hqq.llm.vlm``) each take their path.
 
 The options are ``nncf-hqq compress``'s as keyword arguments (``JobOptions``: ``group_size=64``,
 ``self_calibration=False``...). Bad options raise ``OptionError`` (a ``ValueError``) before anything is read; a
