@@ -34,7 +34,7 @@ LLM_LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("options, models and metrics", ("options", "zoo", "evaluation")),
     ("checks", ("sanity", "memory", "encoders")),
     ("steps", ("compression", "source")),
-    ("stages", ("output_check", "writing")),
+    ("stages", ("output_check", "writing", "vlm")),
     ("jobs", ("compress_job", "evaluate_job")),
     ("demo", ("demo",)),
     ("command line", ("cli",)),

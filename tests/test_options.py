@@ -139,7 +139,7 @@ def test_without_a_group_size_nncf_adjusts_it_per_layer() -> None:
         ),
         (
             {"task": "fill-mask"},
-            "task must be one of 'auto', 'text-generation', 'feature-extraction', got fill-mask",
+            "task must be one of 'auto', 'text-generation', 'feature-extraction', 'image-text-to-text', got fill-mask",
             None,
         ),
     ],

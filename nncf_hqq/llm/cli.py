@@ -30,6 +30,7 @@ from nncf.common.logging import nncf_logger
 
 from nncf_hqq.llm.compress_job import CHECKPOINT
 from nncf_hqq.llm.compress_job import ENCODER
+from nncf_hqq.llm.compress_job import VLM
 from nncf_hqq.llm.compress_job import CompressionResult
 from nncf_hqq.llm.compress_job import CompressJob
 from nncf_hqq.llm.cpu import TARGET_CPUS
@@ -42,6 +43,7 @@ from nncf_hqq.llm.evaluate_job import evaluate
 from nncf_hqq.llm.evaluation import INFERENCE_PRECISIONS
 from nncf_hqq.llm.layout import MODEL_XML
 from nncf_hqq.llm.layout import is_genai_dir
+from nncf_hqq.llm.layout import is_vlm_genai_dir
 from nncf_hqq.llm.options import AUTO_TASK
 from nncf_hqq.llm.options import BACKENDS
 from nncf_hqq.llm.options import BACKUP_MODES
@@ -198,9 +200,9 @@ def _add_compress_arguments(p: argparse.ArgumentParser) -> None:
         "--task",
         choices=TASKS,
         default=AUTO_TASK,
-        help="what a HF model is exported as: text-generation (a causal LM, with its KV cache) or feature-extraction "
-        "(an encoder; a sentence-transformers model with its pooling and Dense layers); auto (default): inferred "
-        "as optimum infers it",
+        help="what a HF model is exported as: text-generation (a causal LM, with its KV cache), feature-extraction "
+        "(an encoder; a sentence-transformers model with its pooling and Dense layers) or image-text-to-text (a "
+        "vision-language model, for openvino_genai.VLMPipeline); auto (default): inferred as optimum infers it",
     )
     p.add_argument(
         "--no-memory-check",
@@ -351,6 +353,9 @@ def _print_compressed(result: CompressionResult) -> None:
             _out(copied)
         _out(f"Total: {result.total_seconds:.1f} s (load, compression and saving {result.compress_seconds:.1f} s)")
         return
+    if result.kind == VLM:
+        _print_vlm(result)
+        return
     what = "encoder: " if result.kind == ENCODER else ""
     _out(f"Wrote {result.out / MODEL_XML} ({what}{result.description})")
     if result.copied:
@@ -361,6 +366,18 @@ def _print_compressed(result: CompressionResult) -> None:
         _out(f"Load it with: {result.loader}")
     elif is_genai_dir(result.out):
         _out(f"OpenVINO GenAI: openvino_genai.LLMPipeline({str(result.out)!r}, 'CPU') loads it (tokenizer IRs in OUT)")
+    _out(f"Total: {result.total_seconds:.1f} s (compression {result.compress_seconds:.1f} s)")
+
+
+def _print_vlm(result: CompressionResult) -> None:
+    """A vision-language model: each part written and how, and the pipeline that loads OUT."""
+    _out(f"Wrote a vision-language model to {result.out}:")
+    for part in result.record["vlm"]["parts"].values():
+        _out(f"  {part['file']}: {part['recipe']}")
+    if result.copied:
+        _out(f"Copied from the export: {', '.join(result.copied)}")
+    if is_vlm_genai_dir(result.out):
+        _out(f"OpenVINO GenAI: openvino_genai.VLMPipeline({str(result.out)!r}, 'CPU') loads it (tokenizer IRs in OUT)")
     _out(f"Total: {result.total_seconds:.1f} s (compression {result.compress_seconds:.1f} s)")
 
 

@@ -1,5 +1,6 @@
 """The compress job as one Python call: ``compress(model, out, **options)`` turns a HF checkpoint (a dir or a hub id)
-or an OpenVINO IR into a compressed model dir, and returns what it did (``CompressionResult``).
+or an OpenVINO IR into a compressed model dir, and returns what it did (``CompressionResult``). LLMs, encoders and
+vision-language models (``nncf_hqq.llm.vlm``) each take their path.
 
 The options are ``nncf-hqq compress``'s as keyword arguments (``JobOptions``: ``group_size=64``,
 ``self_calibration=False``...). Bad options raise ``OptionError`` (a ``ValueError``) before anything is read; a
@@ -33,6 +34,7 @@ from nncf_hqq.llm.encoders import is_encoder
 from nncf_hqq.llm.encoders import loader_hint
 from nncf_hqq.llm.encoders import recipe_for
 from nncf_hqq.llm.encoders import with_recipe
+from nncf_hqq.llm.layout import LANGUAGE_MODEL_XML
 from nncf_hqq.llm.layout import read_model
 from nncf_hqq.llm.logs import on_a_terminal
 from nncf_hqq.llm.logs import progress_bars_only_on_a_terminal
@@ -54,6 +56,7 @@ from nncf_hqq.llm.output_check import compress_checked_on_outputs
 from nncf_hqq.llm.records import versions
 from nncf_hqq.llm.sanity import check_calibration_text
 from nncf_hqq.llm.source import HF_DIR
+from nncf_hqq.llm.source import VLM_IR_DIR
 from nncf_hqq.llm.source import ModelSource
 from nncf_hqq.llm.source import SourceIR
 from nncf_hqq.llm.source import opened
@@ -64,6 +67,12 @@ from nncf_hqq.llm.texts import prompt_text_token_ids
 from nncf_hqq.llm.texts import torch_calibration_dataset
 from nncf_hqq.llm.timing import CALIBRATION_DATA_PHASE
 from nncf_hqq.llm.timing import StepTimer
+from nncf_hqq.llm.vlm import NO_SELF_CALIBRATION
+from nncf_hqq.llm.vlm import VLM_LOADER
+from nncf_hqq.llm.vlm import check_vlm_options
+from nncf_hqq.llm.vlm import opened_vlm
+from nncf_hqq.llm.vlm import vlm_ir_size
+from nncf_hqq.llm.vlm import write_vlm_dir
 from nncf_hqq.llm.writing import save_checkpoint_dir
 from nncf_hqq.llm.writing import save_model_dir
 from nncf_hqq.llm.writing import write_record
@@ -72,8 +81,9 @@ from nncf_hqq.openvino.pages import releasing_file_pages
 from nncf_hqq.openvino.pages import return_free_heap
 from nncf_hqq.self_calibration import SELF_CALIBRATION_DEFAULT
 
-#: What the job wrote: an OpenVINO LLM dir, an OpenVINO encoder dir, a transformers checkpoint.
-LLM, ENCODER, CHECKPOINT = "llm", "encoder", "checkpoint"
+#: What the job wrote: an OpenVINO LLM dir, an OpenVINO encoder dir, a transformers checkpoint, an OpenVINO
+#: vision-language model dir (``nncf_hqq.llm.vlm``).
+LLM, ENCODER, CHECKPOINT, VLM = "llm", "encoder", "checkpoint", "vlm"
 #: How to load a transformers checkpoint the torch backend wrote.
 CHECKPOINT_LOADER = "import nncf_hqq.torch; transformers.AutoModelForCausalLM.from_pretrained(OUT)"
 
@@ -83,8 +93,9 @@ class CompressionResult:
     """What a compress run did.
 
     :param out: OUT, as given.
-    :param kind: ``"llm"``, ``"encoder"`` (OpenVINO dirs) or ``"checkpoint"`` (a transformers checkpoint).
-    :param options: the recipe of the model written (the output check's choice, an encoder's recipe).
+    :param kind: ``"llm"``, ``"encoder"``, ``"vlm"`` (OpenVINO dirs) or ``"checkpoint"`` (a transformers checkpoint).
+    :param options: the recipe of the model written (the output check's choice, an encoder's recipe; a
+        vision-language model's language model).
     :param description: ``options`` in one line.
     :param written: the files the run wrote into OUT; ``copied``: those copied from the source dir;
         ``tokenizer_irs``: the OpenVINO tokenizer IRs converted.
@@ -163,6 +174,12 @@ class CompressJob:
         if source.is_ir and out.resolve() == source.ir_xml.parent.resolve():
             raise OptionError(same)
         with progress_bars_only_on_a_terminal():
+            if source.vlm:
+                if source.kind == VLM_IR_DIR and out.resolve() == source.path.resolve():
+                    raise OptionError(same)
+                check_vlm_options(self.options)
+                self._check_memory(source)
+                return self._compress_vlm(source, out)
             if self.options.backend == "torch":
                 if source.kind == HF_DIR and out.resolve() == source.path.resolve():
                     raise OptionError(same)
@@ -177,7 +194,7 @@ class CompressJob:
         """The memory estimates of the phases to run, and the refusal of a run that would not fit."""
         options = self.options
         try:
-            size = source.size()
+            size = vlm_ir_size(source.path) if source.kind == VLM_IR_DIR else source.size()
         except RuntimeError as err:  # not an IR OpenVINO reads: compressing it says why, in its own words
             self.log(f"memory: not estimated ({source.name} could not be read: {first_line(err)})")
             return
@@ -190,13 +207,14 @@ class CompressJob:
             and options.hqq
             and options.mode in SELF_CALIBRATION_MODES
             and not source.encoder
+            and not source.vlm
         )
         generation = SELF_CALIBRATION_DEFAULT.replace(num_samples=options.self_calibration_samples)
         held_out = OUTPUT_CHECK_SEQUENCES if self_calibrates and options.output_check else 0
         estimates = check_compress_memory(
             source.name,
             size,
-            not source.is_ir,
+            source.export is not None,  # a HF model: exported first
             generation if self_calibrates else None,
             held_out,
             self.log,
@@ -427,6 +445,46 @@ class CompressJob:
             loader_hint(model) if kind == ENCODER else None,
             check,
             encoder_recipe,
+            full_record,
+        )
+
+    def _compress_vlm(self, source: ModelSource, out: Path) -> CompressionResult:
+        """A vision-language model (``nncf_hqq.llm.vlm``): its language model with the job's recipe, data-free, its
+        other parts as optimum-cli compresses them; written as a dir that ``openvino_genai.VLMPipeline`` loads."""
+        options, timer = self.options, self.timer
+        with opened_vlm(source, timer, self.log) as ir_dir:
+            compression = self._zero_point_for_target(
+                options.compression_options(), read_model(ir_dir / LANGUAGE_MODEL_XML)
+            )
+            if options.self_calibration and compression.hqq and compression.mode in SELF_CALIBRATION_MODES:
+                self.say("Self-calibration not used: " + NO_SELF_CALIBRATION)
+            self.log(f"Compressing the vision-language model {ir_dir} ({compression.describe(False)})")
+            self._say_group_size(compression)
+            compress_start = time.perf_counter()
+            with staged_dir(out, self.log) as staging:
+                written = write_vlm_dir(
+                    ir_dir, staging, compression, tokenizer_dir=options.tokenizer or ir_dir, log=self.log, timer=timer
+                )
+                compress_seconds = time.perf_counter() - compress_start
+                record = self._record(source, compression, compress_seconds)
+                record["vlm"] = written.record()
+                full_record = write_record(staging, record, timer)
+                names = tuple(sorted(p.name for p in staging.iterdir()))
+        self.log(f"phases: {timer.summary()}")
+        if self.zero_point_choice is None and (note := zero_point_note(compression)) is not None:
+            self.log(note)
+        description = compression.describe(False)
+        return self._result(
+            out,
+            VLM,
+            compression,
+            description,
+            names,
+            list(written.copied),
+            written.tokenizer_irs,
+            VLM_LOADER,
+            None,
+            None,
             full_record,
         )
 

@@ -17,13 +17,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nncf_hqq.llm.layout import DETOKENIZER_XML
 from nncf_hqq.llm.layout import HF_CONFIG
+from nncf_hqq.llm.layout import TOKENIZER_XML
 from nncf_hqq.llm.staging import build_dir_once
 
 LLM_TASK = "text-generation-with-past"
 #: ``export_to_openvino``'s dtype that keeps the checkpoint's own precision (optimum-intel's ``OVConfig`` dtype).
 CHECKPOINT_PRECISION = "auto"
 ENCODER_TASK = "feature-extraction"
+#: Vision-language models: optimum-intel exports them as a language model, a text-embeddings model and vision
+#: models (``nncf_hqq.llm.vlm``). Some classes map to ``image-to-text`` in optimum's tables (Gemma 3's) while
+#: optimum-intel exports their family as ``image-text-to-text``: both are taken as a VLM.
+VLM_TASK = "image-text-to-text"
+VLM_TASKS = (VLM_TASK, "image-to-text")
 
 LLM_EXTRA_HINT = "install the llm extra: pip install -e '.[llm]'"
 
@@ -71,8 +78,15 @@ class ExportTask:
         return self.task in ENCODER_TASKS
 
     @property
+    def vlm(self) -> bool:
+        return self.task in VLM_TASKS
+
+    @property
     def export_task(self) -> str:
-        """The task given to optimum-intel's export: an LLM with its KV cache, or an encoder's feature extraction."""
+        """The task given to optimum-intel's export: an LLM with its KV cache, an encoder's feature extraction, or a
+        vision-language model's parts."""
+        if self.vlm:
+            return VLM_TASK
         return ENCODER_TASK if self.encoder else LLM_TASK
 
     def describe(self) -> str:
@@ -119,14 +133,22 @@ def _task_from_architectures(hf_dir: Path) -> ExportTask:
     import transformers
     from optimum.exporters.tasks import TasksManager
 
-    architectures = json.loads((hf_dir / HF_CONFIG).read_text()).get("architectures") or []
+    config = json.loads((hf_dir / HF_CONFIG).read_text())
+    architectures = config.get("architectures") or []
     if not architectures:
         return ExportTask("text-generation", TRANSFORMERS, "config.json names no architecture: taken as a causal LM")
     name = str(architectures[0])
     model_class = getattr(transformers, name, None)
+    if model_class is None and config.get("auto_map"):
+        msg = (
+            f"{hf_dir} comes with its own model code ({name}, its config's auto_map), which nncf-hqq compress does "
+            "not run: export it with `optimum-cli export openvino --trust-remote-code --model MODEL --weight-format "
+            f"fp16 DIR` (with --task {VLM_TASK} for a vision-language model) and compress DIR"
+        )
+        raise UnsupportedTaskError(msg)
     if model_class is None:
         msg = f"cannot infer the task of {hf_dir}: transformers has no class {name!r} (its config's architecture)"
-        raise UnsupportedTaskError(f"{msg}; pass --task text-generation or --task {ENCODER_TASK}")
+        raise UnsupportedTaskError(f"{msg}; pass --task text-generation, --task {ENCODER_TASK} or --task {VLM_TASK}")
     try:
         task = TasksManager.infer_task_from_model(model_class)
     except ValueError as err:
@@ -153,13 +175,14 @@ def _hub_task(hub_id: str) -> ExportTask:
 
 
 def check_task(export: ExportTask, model: str | Path) -> None:
-    """Raise UnsupportedTaskError, in one line naming the task, unless ``compress`` handles it (a causal LM or an
-    encoder)."""
-    if export.task in GENERATION_TASKS or export.encoder:
+    """Raise UnsupportedTaskError, in one line naming the task, unless ``compress`` handles it (a causal LM, an
+    encoder or a vision-language model)."""
+    if export.task in GENERATION_TASKS or export.encoder or export.vlm:
         return
     msg = (
-        f"{model} is a {export.task} model ({export.found}): nncf-hqq compress handles text-generation (causal LMs) "
-        f"and {ENCODER_TASK} (encoders, sentence embeddings) models; --task overrides the inferred task"
+        f"{model} is a {export.task} model ({export.found}): nncf-hqq compress handles text-generation (causal LMs), "
+        f"{ENCODER_TASK} (encoders, sentence embeddings) and {VLM_TASK} (vision-language) models; --task overrides "
+        "the inferred task"
     )
     raise UnsupportedTaskError(msg)
 
@@ -242,6 +265,7 @@ def export_to_openvino(
     task: str = LLM_TASK,
     library_name: str | None = None,
     dtype: str = CHECKPOINT_PRECISION,
+    convert_tokenizer: bool = False,
 ) -> Path:
     """Export a HF model (local dir or hub id) with optimum-intel to an OpenVINO IR dir, no weight compression.
 
@@ -254,6 +278,8 @@ def export_to_openvino(
     ``dtype``: ``CHECKPOINT_PRECISION`` keeps the weights in the checkpoint's own precision (a bf16 checkpoint gives
     bf16 constants, half the memory of fp32, the values unchanged), as ``optimum-cli --weight-format int4`` does;
     ``"fp32"`` writes fp32 constants (the accuracy protocol's models).
+    ``convert_tokenizer``: optimum-intel also writes the OpenVINO tokenizer IRs, as ``optimum-cli`` does (for a
+    vision-language model it puts the processor's chat template into them).
     """
     out = Path(out_dir)
     if dtype not in (CHECKPOINT_PRECISION, "fp32"):
@@ -273,7 +299,7 @@ def export_to_openvino(
                 tmp,
                 task=task,
                 ov_config=ov_config,
-                convert_tokenizer=False,
+                convert_tokenizer=convert_tokenizer,
                 library_name=library_name,
             )
         _check_uncompressed(tmp, fp32=dtype == "fp32")
@@ -295,6 +321,7 @@ def _check_uncompressed(ir_dir: Path, fp32: bool = True) -> None:
     import openvino as ov
 
     leftovers = sorted(p.name for p in ir_dir.glob("*_compressed.xml"))
+    tokenizers = {TOKENIZER_XML, DETOKENIZER_XML}
     if leftovers:
         msg = f"optimum-intel compressed the export ({leftovers}); weight compression must be off"
         raise RuntimeError(msg)
@@ -302,6 +329,8 @@ def _check_uncompressed(ir_dir: Path, fp32: bool = True) -> None:
     if fp32:
         low_precision |= {ov.Type.f16, ov.Type.bf16}
     for xml in ir_dir.glob("*.xml"):
+        if xml.name in tokenizers:
+            continue
         model = ov.Core().read_model(xml)
         big = [op for op in model.get_ops() if op.get_type_name() == "Constant" and len(op.get_output_shape(0)) == 2]
         if any(op.get_element_type() in low_precision for op in big):

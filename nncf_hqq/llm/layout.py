@@ -28,7 +28,9 @@ def is_genai_dir(path: Path) -> bool:
 
 
 def is_hf_dir(path: Path) -> bool:
-    return path.is_dir() and (path / HF_CONFIG).is_file() and not (path / MODEL_XML).is_file()
+    return (
+        path.is_dir() and (path / HF_CONFIG).is_file() and not (path / MODEL_XML).is_file() and not is_vlm_ir_dir(path)
+    )
 
 
 def ir_xml(ir_dir_or_xml: str | Path) -> Path:
@@ -54,3 +56,20 @@ def model_files_dir(model: object) -> Path | None:
         return None
     path = Path(model)
     return path.parent if path.suffix == ".xml" else path
+
+
+#: The language model of an optimum-intel vision-language export (``image-text-to-text``) and its text-embeddings
+#: model: what makes a dir a VLM IR dir (its other IRs: ``openvino_vision_embeddings*_model.xml``, ...).
+LANGUAGE_MODEL_XML = "openvino_language_model.xml"
+TEXT_EMBEDDINGS_XML = "openvino_text_embeddings_model.xml"
+
+
+def is_vlm_ir_dir(path: Path) -> bool:
+    """Whether ``path`` holds an optimum-intel vision-language export (what ``openvino_genai.VLMPipeline`` loads,
+    with the tokenizer IRs)."""
+    return path.is_dir() and all((path / name).is_file() for name in (LANGUAGE_MODEL_XML, TEXT_EMBEDDINGS_XML))
+
+
+def is_vlm_genai_dir(path: Path) -> bool:
+    """Whether ``path`` holds what ``openvino_genai.VLMPipeline`` loads: a VLM export with the tokenizer IRs."""
+    return is_vlm_ir_dir(path) and all((path / name).is_file() for name in (TOKENIZER_XML, DETOKENIZER_XML))

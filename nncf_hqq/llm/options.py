@@ -22,6 +22,7 @@ from nncf.quantization.advanced_parameters import GroupSizeFallbackMode
 from nncf_hqq.hqq import SUPPORTED_MODES
 from nncf_hqq.llm.cpu import TARGET_CPUS
 from nncf_hqq.llm.export import ENCODER_TASK
+from nncf_hqq.llm.export import VLM_TASK
 from nncf_hqq.openvino.graph import moe_gate_matmuls
 from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import HQQParameters
@@ -61,7 +62,7 @@ BACKENDS = ("auto", "openvino", "torch")
 #: The ``task`` that lets the job infer what a HF model is exported as (optimum's inference).
 AUTO_TASK = "auto"
 #: ``task`` choices: ``AUTO_TASK``, or optimum's task names for what the job handles.
-TASKS = (AUTO_TASK, "text-generation", ENCODER_TASK)
+TASKS = (AUTO_TASK, "text-generation", ENCODER_TASK, VLM_TASK)
 #: NNCF's group size for the modes below 8 bits when none is given (``get_weight_compression_configuration``).
 NNCF_DEFAULT_GROUP_SIZE = 128
 #: Without a group size, a layer whose input channels NNCF's default does not divide takes the largest power of two
@@ -292,7 +293,8 @@ class JobOptions(RecipeOptions):
     :param output_check: self-calibrated: compare the result with the data-free HQQ and RTN ones and keep the closest.
     :param tokenizer: the HF tokenizer dir (default: MODEL's) for ``dataset``, ``self_prompt_text`` and OUT's
         tokenizer IRs.
-    :param task: ``"auto"`` (inferred as optimum infers it), ``"text-generation"`` or ``"feature-extraction"``.
+    :param task: ``"auto"`` (inferred as optimum infers it), ``"text-generation"``, ``"feature-extraction"`` or
+        ``"image-text-to-text"``.
     :param memory_check: refuse, before anything starts, a run whose phases need more memory than is available.
     :param target_cpu: the kind of CPU the model will run on (``cpu.TARGET_CPUS``; ``"this"``: the one the job
         runs on); without ``zero_point``, HQQ's zero points take the format that suits it (``cpu.zero_point_for``).

@@ -23,6 +23,7 @@ from nncf_hqq.llm.layout import HF_CONFIG
 from nncf_hqq.llm.layout import MODEL_XML
 from nncf_hqq.llm.layout import is_hf_dir
 from nncf_hqq.llm.layout import is_ir_dir
+from nncf_hqq.llm.layout import is_vlm_ir_dir
 from nncf_hqq.llm.layout import read_model
 from nncf_hqq.llm.memory import ModelSize
 from nncf_hqq.llm.memory import decoder_shape
@@ -32,8 +33,8 @@ from nncf_hqq.llm.options import OptionError
 from nncf_hqq.llm.timing import EXPORT_PHASE
 from nncf_hqq.llm.timing import StepTimer
 
-#: What MODEL can be.
-IR_XML, IR_DIR, HF_DIR, HUB_ID = "ir_xml", "ir_dir", "hf_dir", "hub_id"
+#: What MODEL can be (``VLM_IR_DIR``: an optimum-intel vision-language export, ``nncf_hqq.llm.vlm``).
+IR_XML, IR_DIR, HF_DIR, HUB_ID, VLM_IR_DIR = "ir_xml", "ir_dir", "hf_dir", "hub_id", "vlm_ir_dir"
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[\w.-]+)?")
 
 
@@ -43,12 +44,15 @@ def looks_like_hub_id(name: str) -> bool:
 
 
 def model_kind(model: str) -> str:
-    """``IR_XML``, ``IR_DIR``, ``HF_DIR`` or ``HUB_ID``; an ``OptionError`` that says why for anything else."""
+    """``IR_XML``, ``IR_DIR``, ``VLM_IR_DIR``, ``HF_DIR`` or ``HUB_ID``; an ``OptionError`` that says why for anything
+    else."""
     path = Path(model).expanduser()
     if path.is_file() and path.suffix == ".xml":
         return IR_XML
     if is_ir_dir(path):
         return IR_DIR
+    if is_vlm_ir_dir(path):
+        return VLM_IR_DIR
     if is_hf_dir(path):
         return HF_DIR
     if path.exists():
@@ -88,6 +92,11 @@ class ModelSource:
         return None if self.kind == HUB_ID else self.path
 
     @property
+    def vlm(self) -> bool:
+        """A vision-language model: an optimum-intel VLM export, or a HF model exported as one."""
+        return self.kind == VLM_IR_DIR or (self.export is not None and self.export.vlm)
+
+    @property
     def encoder(self) -> bool:
         """A HF model exported as an encoder (an IR says so only once read: ``encoders.is_encoder``)."""
         return self.export is not None and self.export.encoder
@@ -110,7 +119,7 @@ def resolve_source(model: str | Path, task: str | None, backend: str) -> ModelSo
     name = str(model)
     kind = model_kind(name)
     path = Path(name).expanduser()
-    if kind in (IR_XML, IR_DIR):
+    if kind in (IR_XML, IR_DIR, VLM_IR_DIR):
         if backend == "torch":
             msg = (
                 "{model} {name!r} is an OpenVINO IR: it is compressed with {backend=openvino} (torch needs a HF model)"
@@ -123,7 +132,7 @@ def resolve_source(model: str | Path, task: str | None, backend: str) -> ModelSo
     export = infer_export_task(name, task)
     check_task(export, name)
     if backend == "torch":
-        if export.encoder:
+        if export.encoder or export.vlm:
             raise OptionError(
                 "{backend=torch} compresses causal LMs; {name} is a {kind} model", name=name, kind=export.task
             )
