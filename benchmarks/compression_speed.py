@@ -282,7 +282,8 @@ def weight_operation(case: Case) -> tuple[Callable[[], Any], Callable[[], Any]]:
     if method == "rtn":
         return lambda: None, lambda: compress_weight(weight, (1,), config)
     hqq = HQQ(hqq_parameters(method), mode)
-    return lambda: None, lambda: hqq.compress(weight, 1, config)
+    as_read = Tensor(values)  # what HQQ gets from the backend's ``get_weight``: a numpy array
+    return lambda: None, lambda: hqq.compress(as_read, 1, config)
 
 
 def run_alternated_child(case: Case) -> dict[str, Any]:
