@@ -13,7 +13,8 @@ same configuration, measured in the same run.
     python benchmarks/compression_speed.py --methods rtn,hqq,hqq_proximal --no-hqq-lib   # without the slow rows
     python benchmarks/compression_speed.py --only PyTorch --torch-layers 4    # the PyTorch rows only
     python benchmarks/compression_speed.py --only PyTorch --torch-device cuda  # ... with the model on a GPU
-    python benchmarks/compression_speed.py --only alternated      # two 4096x4096 layers, RTN and HQQ alternated
+    python benchmarks/compression_speed.py --only alternated   # RTN and HQQ alternated: two 4096x4096 layers and
+                                                                # a bf16 decoder layer of Qwen2.5-7B's shapes
 """
 
 from __future__ import annotations
@@ -96,6 +97,36 @@ def matmul_chain_model(size: int, layers: int, seed: int = 0) -> Any:
         weight = opset.constant(values, dtype=ov.Type.f32, name=f"weight{i}", shared_memory=True)
         h = opset.matmul(h, weight, False, True, name=f"matmul{i}")
     return ov.Model([opset.result(h)], [x], f"matmul_chain_{layers}")
+
+
+#: Qwen2.5-7B decoder shapes: hidden size, intermediate size, key/value width.
+QWEN7B_HIDDEN, QWEN7B_INTERMEDIATE, QWEN7B_KV = 3584, 18944, 512
+
+
+def qwen7b_layer_model(seed: int = 0) -> Any:
+    """One decoder layer's MatMuls of Qwen2.5-7B (q, k, v, o, gate, up, down: 233 M parameters) with normal random
+    bf16 weights, each read through a Convert to f32, as in a bf16 IR."""
+    import numpy as np
+    import openvino as ov
+    from openvino import opset13 as opset
+
+    rng = np.random.default_rng(seed)
+
+    def linear(x: Any, out_features: int, in_features: int, name: str) -> Any:
+        values = rng.standard_normal((out_features, in_features), dtype=np.float32) * 0.02
+        weight = opset.convert(opset.constant(values, dtype=ov.Type.bf16, name=name), ov.Type.f32)
+        return opset.matmul(x, weight, False, True, name=f"{name}/matmul")
+
+    hidden, kv = QWEN7B_HIDDEN, QWEN7B_KV
+    x = opset.parameter([1, hidden], ov.Type.f32, name="hidden")
+    q = linear(x, hidden, hidden, "q")
+    keys_values = opset.add(linear(x, kv, hidden, "k"), linear(x, kv, hidden, "v"))
+    keys_values = opset.reduce_mean(keys_values, opset.constant(np.array([1], dtype=np.int64)), True)
+    h = opset.add(opset.add(x, linear(q, hidden, hidden, "o")), keys_values)
+    gate = opset.relu(linear(h, QWEN7B_INTERMEDIATE, hidden, "gate"))
+    up = linear(h, QWEN7B_INTERMEDIATE, hidden, "up")
+    h = opset.add(h, linear(opset.multiply(gate, up), hidden, QWEN7B_INTERMEDIATE, "down"))
+    return ov.Model([opset.result(h)], [x], "qwen2.5_7b_decoder_layer_bf16")
 
 
 def decoder_stack_model(layers: int, seed: int = 0) -> Any:
@@ -296,8 +327,8 @@ def run_alternated_child(case: Case) -> dict[str, Any]:
 
     options: dict[str, Any] = {"mode": compression_mode(case), "group_size": case["group_size"], "ratio": 1.0}
     options["all_layers"] = True
-    # built once, copied for every call: drawing the Student-t weights takes longer than compressing them
-    template = matmul_chain_model(case["size"], case["layers"])
+    # built once, copied for every call: drawing the random weights takes longer than compressing them
+    template = qwen7b_layer_model() if case.get("model") == "qwen7b_layer" else matmul_chain_model(case["size"], 2)
     times: dict[str, list[float]] = {"rtn": [], "hqq": []}
     cpu: dict[str, list[float]] = {"rtn": [], "hqq": []}
     for round_index in range(case["rounds"] + 1):
@@ -415,7 +446,11 @@ def alternated_cases(args: argparse.Namespace) -> list[Case]:
     group = f"two {size}x{size} layers, int4_asym g128, RTN and HQQ alternated in one process"
     case = {"kind": "alternated", "size": size, "layers": 2, "bits": 4, "group_size": 128, "symmetric": False}
     case.update(rounds=args.alternated_rounds, group=group, method="rtn+hqq", label="compress_weights, medians")
-    return [case]
+    if args.quick:
+        return [case]
+    layer = {**case, "model": "qwen7b_layer", "size": QWEN7B_HIDDEN, "layers": 7}
+    layer["group"] = "Qwen2.5-7B decoder layer, bf16 (233 M parameters), int4_asym g128, RTN and HQQ alternated"
+    return [case, layer]
 
 
 def torch_cases(args: argparse.Namespace) -> list[Case]:
