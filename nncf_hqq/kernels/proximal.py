@@ -291,7 +291,6 @@ class ProximalReplay:
         last, previous = values[done, picked], values[done - 1, picked]
         fixed = last == previous
         cycle = ~fixed & (last == values[done - 2, picked])
-        steps = l1.shape[0]
         if whole:  # every tail constant, then the 2-cycles' every other step
             values[done + 1 :] = last
             l1[done:] = l1[done - 1]
