@@ -13,6 +13,8 @@ same configuration, measured in the same run.
     python benchmarks/compression_speed.py --methods rtn,hqq,hqq_proximal --no-hqq-lib   # without the slow rows
     python benchmarks/compression_speed.py --only PyTorch --torch-layers 4    # the PyTorch rows only
     python benchmarks/compression_speed.py --only PyTorch --torch-device cuda  # ... with the model on a GPU
+    python benchmarks/compression_speed.py --only alternated   # RTN and HQQ alternated: two 4096x4096 layers and
+                                                                # a bf16 decoder layer of Qwen2.5-7B's shapes
 """
 
 from __future__ import annotations
@@ -81,6 +83,50 @@ def one_matmul_model(size: int, seed: int = 0) -> Any:
     x = opset.parameter([1, size], ov.Type.f32, name="x")
     weight = opset.constant(random_weight((size, size), seed), dtype=ov.Type.f32, name="weight", shared_memory=True)
     return ov.Model([opset.result(opset.matmul(x, weight, False, True))], [x], "one_matmul")
+
+
+def matmul_chain_model(size: int, layers: int, seed: int = 0) -> Any:
+    """``layers`` MatMuls ``x @ W_i^T`` in a chain, each with its own f32 ``[size, size]`` Student-t weight."""
+    import openvino as ov
+    from openvino import opset13 as opset
+
+    x = opset.parameter([1, size], ov.Type.f32, name="x")
+    h = x
+    for i in range(layers):
+        values = random_weight((size, size), seed + i)
+        weight = opset.constant(values, dtype=ov.Type.f32, name=f"weight{i}", shared_memory=True)
+        h = opset.matmul(h, weight, False, True, name=f"matmul{i}")
+    return ov.Model([opset.result(h)], [x], f"matmul_chain_{layers}")
+
+
+#: Qwen2.5-7B decoder shapes: hidden size, intermediate size, key/value width.
+QWEN7B_HIDDEN, QWEN7B_INTERMEDIATE, QWEN7B_KV = 3584, 18944, 512
+
+
+def qwen7b_layer_model(seed: int = 0) -> Any:
+    """One decoder layer's MatMuls of Qwen2.5-7B (q, k, v, o, gate, up, down: 233 M parameters) with normal random
+    bf16 weights, each read through a Convert to f32, as in a bf16 IR."""
+    import numpy as np
+    import openvino as ov
+    from openvino import opset13 as opset
+
+    rng = np.random.default_rng(seed)
+
+    def linear(x: Any, out_features: int, in_features: int, name: str) -> Any:
+        values = rng.standard_normal((out_features, in_features), dtype=np.float32) * 0.02
+        weight = opset.convert(opset.constant(values, dtype=ov.Type.bf16, name=name), ov.Type.f32)
+        return opset.matmul(x, weight, False, True, name=f"{name}/matmul")
+
+    hidden, kv = QWEN7B_HIDDEN, QWEN7B_KV
+    x = opset.parameter([1, hidden], ov.Type.f32, name="hidden")
+    q = linear(x, hidden, hidden, "q")
+    keys_values = opset.add(linear(x, kv, hidden, "k"), linear(x, kv, hidden, "v"))
+    keys_values = opset.reduce_mean(keys_values, opset.constant(np.array([1], dtype=np.int64)), True)
+    h = opset.add(opset.add(x, linear(q, hidden, hidden, "o")), keys_values)
+    gate = opset.relu(linear(h, QWEN7B_INTERMEDIATE, hidden, "gate"))
+    up = linear(h, QWEN7B_INTERMEDIATE, hidden, "up")
+    h = opset.add(h, linear(opset.multiply(gate, up), hidden, QWEN7B_INTERMEDIATE, "down"))
+    return ov.Model([opset.result(h)], [x], "qwen2.5_7b_decoder_layer_bf16")
 
 
 def decoder_stack_model(layers: int, seed: int = 0) -> Any:
@@ -267,11 +313,41 @@ def weight_operation(case: Case) -> tuple[Callable[[], Any], Callable[[], Any]]:
     if method == "rtn":
         return lambda: None, lambda: compress_weight(weight, (1,), config)
     hqq = HQQ(hqq_parameters(method), mode)
-    return lambda: None, lambda: hqq.compress(weight, 1, config)
+    as_read = Tensor(values)  # what HQQ gets from the backend's ``get_weight``: a numpy array
+    return lambda: None, lambda: hqq.compress(as_read, 1, config)
+
+
+def run_alternated_child(case: Case) -> dict[str, Any]:
+    """RTN and ``hqq=True`` on the same ``case["layers"]``-layer model, one warm-up call each, then ``rounds``
+    rounds of one call each, alternated, in this one process (compiled models cached as in a session that
+    compresses several models); returns every call's seconds and process CPU seconds per method."""
+    import nncf
+
+    import nncf_hqq  # noqa: F401  (teaches nncf.compress_weights hqq=)
+
+    options: dict[str, Any] = {"mode": compression_mode(case), "group_size": case["group_size"], "ratio": 1.0}
+    options["all_layers"] = True
+    # built once, copied for every call: drawing the random weights takes longer than compressing them
+    template = qwen7b_layer_model() if case.get("model") == "qwen7b_layer" else matmul_chain_model(case["size"], 2)
+    times: dict[str, list[float]] = {"rtn": [], "hqq": []}
+    cpu: dict[str, list[float]] = {"rtn": [], "hqq": []}
+    for round_index in range(case["rounds"] + 1):
+        for method in ("rtn", "hqq"):
+            model = template.clone()
+            extra = {"hqq": True} if method == "hqq" else {}
+            start, start_cpu = time.perf_counter(), time.process_time()
+            nncf.compress_weights(model, **options, **extra)
+            if round_index:  # round 0 is the warm-up
+                times[method].append(time.perf_counter() - start)
+                cpu[method].append(time.process_time() - start_cpu)
+            del model
+    return {"times_s": times, "cpu_s": cpu}
 
 
 def run_child(case: Case) -> dict[str, Any]:
     """Builds the inputs, then times ``repeats`` calls; returns seconds and peak RSS (MiB)."""
+    if case["kind"] == "alternated":
+        return run_alternated_child(case)
     if case["kind"].startswith("torch"):
         prepare, run = torch_model_operation(case)
     elif case["kind"] in ("model", "stack", "smollm"):
@@ -335,6 +411,7 @@ def build_cases(args: argparse.Namespace) -> list[Case]:
         if not args.no_hqq_lib and not symmetric:
             cases.append({**slow, "kind": "weight", "method": "hqq_lib", "label": "hqq library 0.2.8 (torch CPU)"})
     cases += stack_cases(args)
+    cases += alternated_cases(args)
     if not args.no_torch:
         cases += torch_cases(args)
     smollm = find_smollm_ir()
@@ -360,6 +437,20 @@ def stack_cases(args: argparse.Namespace) -> list[Case]:
         common["group"] = f"Qwen2.5-1.5B decoder MatMuls x{count} layers, int4 g128"
         cases += [{**common, "method": m, "label": f"compress_weights: {METHODS[m]}"} for m in methods]
     return cases
+
+
+def alternated_cases(args: argparse.Namespace) -> list[Case]:
+    """Two 4096x4096 Student-t layers, int4_asym g128, RTN and ``hqq=True`` alternated in one process (the ratio is
+    the medians' over ``--alternated-rounds`` rounds)."""
+    size = 1024 if args.quick else 4096
+    group = f"two {size}x{size} layers, int4_asym g128, RTN and HQQ alternated in one process"
+    case = {"kind": "alternated", "size": size, "layers": 2, "bits": 4, "group_size": 128, "symmetric": False}
+    case.update(rounds=args.alternated_rounds, group=group, method="rtn+hqq", label="compress_weights, medians")
+    if args.quick:
+        return [case]
+    layer = {**case, "model": "qwen7b_layer", "size": QWEN7B_HIDDEN, "layers": 7}
+    layer["group"] = "Qwen2.5-7B decoder layer, bf16 (233 M parameters), int4_asym g128, RTN and HQQ alternated"
+    return [case, layer]
 
 
 def torch_cases(args: argparse.Namespace) -> list[Case]:
@@ -395,9 +486,33 @@ def run_case(case: Case) -> dict[str, Any]:
     return json.loads(lines[-1])
 
 
+def run_alternated(case: Case) -> list[dict[str, Any]]:
+    """One child process alternating RTN and HQQ (``run_alternated_child``): a row per method with its median
+    seconds (as ``warm_s``) and CPU seconds, HQQ's row with the medians' ratios."""
+    import statistics
+
+    measured = run_case(case)
+    print(f"{case['group']} | {measured}", flush=True)
+    if "error" in measured:
+        return [{**case, **measured}]
+    rows = []
+    for method in ("rtn", "hqq"):
+        times, cpu = measured["times_s"][method], measured["cpu_s"][method]
+        row = {**case, "method": method, "label": f"compress_weights: {METHODS[method]}, median"}
+        row.update(cold_s=min(times), warm_s=statistics.median(times), cpu_s=statistics.median(cpu), runs=times)
+        row.update(cpu_runs=cpu, peak_rss_mb=None)
+        rows.append(row)
+    rtn, hqq = rows
+    hqq["warm_s_vs_rtn"] = hqq["warm_s"] / rtn["warm_s"]
+    hqq["cpu_s_vs_rtn"] = hqq["cpu_s"] / rtn["cpu_s"]
+    return rows
+
+
 def run_group(cases: list[Case]) -> list[dict[str, Any]]:
     """Runs the cases of one group round-robin (``rounds`` child processes each), so that the cases compared
     with each other see the same machine load; keeps the best times and the highest peak RSS of the rounds."""
+    if cases[0]["kind"] == "alternated":
+        return run_alternated(cases[0])
     if any(case["kind"] == "smollm" for case in cases):
         _read_through(Path(cases[0]["path"]).with_suffix(".bin"))  # a warm page cache for every method alike
     runs: list[list[dict[str, Any]]] = [[] for _ in cases]
@@ -439,7 +554,7 @@ def add_ratios(results: list[dict[str, Any]]) -> None:
     rtn = {(r["group"], level(r)): r for r in results if r["method"] == "rtn" and "error" not in r}
     for r in results:
         base = rtn.get((r["group"], level(r)))
-        if base is None or "error" in r:
+        if base is None or "error" in r or r["kind"] == "alternated":
             continue
         for key in ("cold_s", "warm_s", "peak_rss_mb"):
             if r.get(key) is not None and base.get(key):
@@ -459,10 +574,13 @@ def format_table(results: list[dict[str, Any]]) -> str:
             continue
         time_key = "warm_s" if r.get("warm_s") is not None else "cold_s"
         time_ratio, rss_ratio = _num(r.get(f"{time_key}_vs_rtn"), 7, 2), _num(r.get("peak_rss_mb_vs_rtn"), 6, 2)
-        lines.append(
+        line = (
             f"{r['label']:52s} {r['cold_s']:8.3f} {_num(r.get('warm_s'), 8, 3)} {time_ratio} "
-            f"{r['peak_rss_mb']:9.0f} {rss_ratio}"
+            f"{_num(r.get('peak_rss_mb'), 9, 0)} {rss_ratio}"
         )
+        if r.get("cpu_s") is not None:
+            line += f"   CPU {r['cpu_s']:.3f} s, x RTN {_num(r.get('cpu_s_vs_rtn'), 5, 2).strip() or '-'}"
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -473,11 +591,15 @@ def _num(value: float | None, width: int, digits: int) -> str:
 def machine() -> dict[str, Any]:
     import numpy
 
+    from nncf_hqq.llm.cpu import this_cpu
     from nncf_hqq.llm.records import versions
 
+    cpu = this_cpu()
     return {
         "cpu_count": os.cpu_count(),
         "processor": _cpu_name(),
+        "cpu_kind": cpu.kind,
+        "isa": cpu.isa(),
         **versions(),
         "numpy": numpy.__version__,
         "torch": _version_of("torch"),
@@ -519,6 +641,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--torch-layers", type=int, default=4, help="layers of the Qwen-shaped PyTorch model")
     parser.add_argument("--torch-device", default="cpu", help="device of the PyTorch models (cpu, cuda)")
     parser.add_argument("--torch-rounds", type=int, default=3, help="child processes per PyTorch case (best kept)")
+    parser.add_argument(
+        "--alternated-rounds", type=int, default=3, help="rounds of the alternated RTN/HQQ case (median kept)"
+    )
     parser.add_argument("--only", help="run only the cases whose group or label contains this text")
     parser.add_argument("--methods", help=f"comma-separated methods to run (of {', '.join([*METHODS, 'hqq_lib'])})")
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -542,16 +667,20 @@ def main(argv: list[str] | None = None) -> None:
     cases = [c for c in build_cases(args) if not args.only or args.only in f"{c['group']} {c['label']}"]
     if args.methods:
         keep = {m.strip() for m in args.methods.split(",")}
-        cases = [c for c in cases if c["method"] in keep]
+        both = {"rtn", "hqq"} <= keep  # the alternated case runs the two
+        cases = [c for c in cases if c["method"] in keep or (c["kind"] == "alternated" and both)]
     results = []
     for group in dict.fromkeys(case["group"] for case in cases):
         results += run_group([case for case in cases if case["group"] == group])
     add_ratios(results)
+    description = machine()
+    isa = ", ".join(flag for flag, present in description["isa"].items() if present) or "none of the listed"
+    print(f"CPU: {description['processor']} ({description['cpu_kind']}; {isa}), {description['cpu_count']} cores")
     print(format_table(results))
     for note in notes:
         print(f"note: {note}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    report = {"command": " ".join(sys.argv), "machine": machine(), "notes": notes, "results": results}
+    report = {"command": " ".join(sys.argv), "machine": description, "notes": notes, "results": results}
     args.out.write_text(json.dumps(report, indent=2))
     print(f"wrote {args.out}")
 

@@ -116,6 +116,15 @@ def as_float32_numpy(weight: Tensor) -> Tensor:
     return weight if weight.dtype == TensorDataType.float32 else weight.astype(TensorDataType.float32)
 
 
+def writeable(weight: Tensor) -> Tensor:
+    """A numpy ``weight`` as it is when its memory is writeable, else a writeable copy (e.g. of a model constant's
+    read-only view): the compiled kernels hand their inputs to OpenVINO as shared memory, which must be writeable,
+    so one copy here saves a copy of every block in every kernel."""
+    if weight.backend != TensorBackend.numpy or weight.data.flags.writeable:
+        return weight
+    return Tensor(np.array(weight.data))
+
+
 def norm_input_energy(gamma: np.ndarray, beta: np.ndarray | None) -> np.ndarray | None:
     """Expected energy ``gamma^2 + beta^2`` of each input channel of a MatMul fed by a normalisation
     ``x_hat * gamma (+ beta)`` (``x_hat`` of zero mean and unit mean square per token), floored by
@@ -240,7 +249,7 @@ class HQQ:
         if len(axes) > 1:
             return self.compress_over_axes(weight, axes, config, role)
         params, bits = self.params, self.bits(config)
-        grouped, axis = split_into_groups(as_float32_numpy(weight), axes[0], config.group_size)
+        grouped, axis = split_into_groups(writeable(as_float32_numpy(weight)), axes[0], config.group_size)
         weights = None
         if importance is not None:
             weights = importance_along_groups(importance, tuple(weight.shape), axes[0], config.group_size)
@@ -388,8 +397,8 @@ class HQQ:
         for wp in all_weight_params:
             if not self.is_applicable(wp.compression_config):
                 continue
-            weight = backend_entity.get_weight(wp.node_with_weight, wp.weight_port_id, model, graph)
-            axes = reduction_axes_tuple(wp.reduction_axes, weight.ndim)
+            shape = backend_entity.get_weight_shape(wp.node_with_weight, wp.weight_port_id, graph)
+            axes = reduction_axes_tuple(wp.reduction_axes, len(shape))
             group_size = wp.compression_config.group_size
             if len(axes) > 1 and group_size != -1:
                 msg = (
@@ -398,13 +407,12 @@ class HQQ:
                     f"in groups of {group_size}. The model was not modified."
                 )
                 raise nncf.ValidationError(msg)
-            if not all_finite(as_numpy(weight)):
+            if not backend_entity.weight_is_finite(wp, model, graph):
                 msg = (
                     f"Weight '{wp.weight_name}' of layer '{wp.node_with_weight.node_name}' contains NaN or Inf "
                     "values; HQQ cannot compress it. The model was not modified."
                 )
                 raise nncf.ValidationError(msg)
-            del weight
             backend_entity.release_weight(wp)
 
     def apply(
@@ -603,6 +611,10 @@ class HQQAlgoBackend(WeightCompressionAlgoBackend):
     @abstractmethod
     def attention_role(self, wp: WeightCompressionParameters) -> AttentionRole | None:
         """The attention input the weight's MatMul produces, or None."""
+
+    def weight_is_finite(self, wp: WeightCompressionParameters, model: Any, graph: NNCFGraph) -> bool:
+        """Whether the weight holds no NaN/Inf value (by default checked on ``get_weight``'s values)."""
+        return all_finite(as_numpy(self.get_weight(wp.node_with_weight, wp.weight_port_id, model, graph)))
 
     def release_weight(self, wp: WeightCompressionParameters) -> None:
         """A hint that the weight will not be read again soon: a backend whose weights live in a memory-mapped file

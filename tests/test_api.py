@@ -22,6 +22,7 @@ from nncf_hqq._nncf import WeightCompressionConfig
 from nncf_hqq.hqq import HQQ
 from nncf_hqq.hqq import all_finite
 from nncf_hqq.maths.core import decompress
+from nncf_hqq.openvino import backend as ov_backend
 from nncf_hqq.openvino import writer as ov_writer
 from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import HQQ_REFERENCE
@@ -293,14 +294,14 @@ def test_hqq_params_dict_and_advanced_parameters_are_equivalent(tmp_path: Path) 
     assert not np.array_equal(run(a, ids), run(d, ids))
 
 
-def weight_with_nan() -> ov.Model:
-    model = transformer_like()
+def weight_with_nan(dtype: ov.Type = ov.Type.f32) -> ov.Model:
+    model = transformer_like(dtype=dtype)
     for op in model.get_ordered_ops():
         if op.get_friendly_name() == "down_proj":
-            values = op.get_data().copy()
+            values = op.get_data(dtype=np.float32).copy()
             values[3, 5] = np.nan
             op.output(0).get_target_inputs().pop().replace_source_output(
-                ov.opset13.constant(values, name="down_proj").output(0)
+                ov.opset13.constant(values, dtype=dtype, name="down_proj").output(0)
             )
     return model
 
@@ -348,8 +349,9 @@ def test_errors_leave_the_model_untouched(tmp_path: Path, kwargs: dict, error: t
     assert serialized(model, tmp_path, "after") == before
 
 
-def test_nan_weight_is_named_and_model_untouched(tmp_path: Path) -> None:
-    model = weight_with_nan()
+@pytest.mark.parametrize("dtype", [ov.Type.f32, ov.Type.bf16], ids=["f32", "bf16-checked-on-its-bits"])
+def test_nan_weight_is_named_and_model_untouched(tmp_path: Path, dtype: ov.Type) -> None:
+    model = weight_with_nan(dtype)
     before = serialized(model, tmp_path, "before")
     with pytest.raises(nncf.ValidationError, match=r"down_proj.*NaN or Inf"):
         nncf.compress_weights(model, mode=INT4, group_size=32, hqq=True)
@@ -530,3 +532,42 @@ def test_4bit_codes_are_packed_as_openvino_packs_them(mode: CompressWeightsMode,
     )
     odd = Tensor(codes[:1, :1, :31].copy())  # an odd number of codes
     assert ov_writer.packed_4bit_codes(odd, written_as).data is odd.data
+
+
+BFLOAT16_VALUES = np.array(
+    [0.0, -0.0, 1.0, -2.5, 3.0e38, -3.0e38, 1.0e-40, 6.1e-5, np.inf, -np.inf, np.nan, 0.1, -7.0], dtype=np.float32
+)
+
+
+def test_bfloat16_weights_are_read_exactly() -> None:
+    """The numpy conversion of a bf16 constant gives ``Node.get_data``'s float32 values, bit for bit."""
+    values = np.concatenate([BFLOAT16_VALUES, np.random.default_rng(0).standard_normal(1011).astype(np.float32)])
+    node = opset.constant(values.reshape(32, 32), dtype=ov.Type.bf16)
+    converted = ov_backend.bfloat16_as_float32(node)
+    expected = node.get_data(dtype=np.float32)
+    assert converted.dtype == np.float32 and converted.shape == (32, 32) and converted.flags.writeable
+    np.testing.assert_array_equal(converted.view(np.uint32), expected.view(np.uint32))
+
+
+@pytest.mark.parametrize(
+    ("bad", "expected"), [(None, True), (np.inf, False), (-np.inf, False), (np.nan, False)], ids=str
+)
+@pytest.mark.parametrize("where", [0, 37, 99], ids=["first", "middle-block", "last"])
+def test_bfloat16_finite_check_on_bits(bad: float | None, where: int, expected: bool, monkeypatch: Any) -> None:
+    monkeypatch.setattr(ov_backend, "FINITE_CHECK_BLOCK", 16)  # several blocks, the last one shorter
+    values = np.random.default_rng(1).standard_normal(100).astype(np.float32) * 1e30
+    if bad is not None:
+        values[where] = bad
+    node = opset.constant(values.reshape(4, 25), dtype=ov.Type.bf16)
+    assert ov_backend.bfloat16_all_finite(node.get_tensor_view().data.view(np.uint16)) is expected
+    assert all_finite(node.get_data(dtype=np.float32)) is expected
+
+
+@pytest.mark.parametrize("shape", [(4, 6), (3, 5), (1, 1)], ids=["even", "odd", "one"])
+def test_u4_codes_constant_holds_the_codes(shape: tuple[int, int]) -> None:
+    from nncf_hqq.openvino.decompression import codes_constant
+
+    codes = np.random.default_rng(2).integers(0, 16, size=shape).astype(np.uint8)
+    node = codes_constant(codes, ov.Type.u4, "codes")
+    model = ov.Model([opset.result(opset.convert(node, ov.Type.f32))], [], "codes")
+    np.testing.assert_array_equal(ov.Core().compile_model(model, "CPU")({})[0], codes.astype(np.float32))

@@ -427,3 +427,49 @@ def test_settling_sweep_equals_the_full_sweep(shape: tuple[int, ...], group_size
     settled = run.hard_rounding_trajectories(z, 20)
     for got, expected in zip(settled, full, strict=True):
         np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize(
+    ("group_size", "bits"), [(128, 4), (64, 4), (32, 8), (40, 2)], ids=["g128", "g64", "int8", "int2"]
+)
+def test_initial_sweep_equals_extremes_then_first_chunk(group_size: int, bits: int) -> None:
+    """The first chunk with the initialisation computed in the same model gives the initialisation of
+    ``core.min_max_init_for_range`` and the chunk ``CompiledSweep`` computes from it, bit for bit (also for constant,
+    zero, one-sided and far-off-zero groups, and a last block padded with zeros)."""
+    weight = heavy_tailed((3000, 2 * group_size), seed=8)
+    weight[0] = 0.0
+    weight[1] = 0.25
+    weight[2] = -3.0
+    weight[3] = np.abs(weight[3]) + 1.0  # all positive, far from zero: the widened range
+    weight[4] = -np.abs(weight[4]) - 40.0
+    weight[5, :7] = 1e-30
+    rows = runtime.as_rows(split_into_groups(Tensor(weight), 1, group_size)[0].data, 2)
+    s, z, total, (zeros, l1, scaled_range) = proximal.compiled_initial_sweep(rows.shape[1], bits).run(rows)
+    expected_s, expected_z = solver.min_max_init(Tensor(rows), 1, bits)
+    np.testing.assert_array_equal(s, expected_s.data[:, 0])
+    np.testing.assert_array_equal(z, expected_z.data[:, 0])
+    np.testing.assert_allclose(total, rows.sum(axis=1), rtol=1e-5, atol=1e-5)
+    no_betas = np.zeros(proximal.SETTLE_CHUNK, dtype=np.float32)
+    expected = proximal.compiled_sweep(rows.shape[1], proximal.SETTLE_CHUNK, bits, None).run(rows, s, z, no_betas)
+    for got, wanted in zip((zeros, l1, scaled_range), expected, strict=True):
+        np.testing.assert_array_equal(got, wanted)
+
+
+def test_initial_sweep_sum_flags_non_finite_rows() -> None:
+    weight = heavy_tailed((8, 128), seed=9)
+    weight[2, 3], weight[5, 0] = np.nan, -np.inf
+    with np.errstate(invalid="ignore"):
+        *_, total, _ = proximal.compiled_initial_sweep(128, 4).run(weight)
+    np.testing.assert_array_equal(np.isfinite(total), [True, True, False, True, True, False, True, True])
+
+
+def test_picked_rows_are_gathered_block_by_block() -> None:
+    rows = heavy_tailed((50, 8), seed=10)
+    picked = np.array([3, 7, 8, 20, 49, 0, 31])
+    subset = runtime.PickedRows(rows, picked)
+    assert subset.shape == (7, 8)
+    np.testing.assert_array_equal(runtime.block_rows(subset, 0, 4, 0.0), rows[[3, 7, 8, 20]])
+    last = runtime.block_rows(subset, 4, 4, 1.5)  # padded
+    np.testing.assert_array_equal(last[:3], rows[[49, 0, 31]])
+    np.testing.assert_array_equal(last[3], np.full(8, 1.5, dtype=np.float32))
+    assert last.flags.c_contiguous and last.flags.writeable

@@ -41,6 +41,7 @@ from openvino import opset13 as opset
 
 from nncf_hqq.kernels.runtime import CACHE_SIZE
 from nncf_hqq.kernels.runtime import BlockRunner
+from nncf_hqq.kernels.runtime import PickedRows
 from nncf_hqq.kernels.runtime import as_rows
 from nncf_hqq.kernels.runtime import block_rows
 from nncf_hqq.kernels.runtime import compiled_extremes
@@ -49,6 +50,9 @@ from nncf_hqq.kernels.runtime import guarded
 from nncf_hqq.kernels.runtime import rows_per_block
 from nncf_hqq.kernels.runtime import stack_columns
 from nncf_hqq.kernels.runtime import tensor_fallback_reason
+from nncf_hqq.kernels.runtime import true_divide
+from nncf_hqq.maths.core import MAX_ABS_ZERO
+from nncf_hqq.maths.core import MAX_INVERSE_SCALE
 from nncf_hqq.maths.core import dequantize
 from nncf_hqq.maths.core import levels_max
 from nncf_hqq.maths.core import mean_absolute_error
@@ -151,17 +155,36 @@ def solve_compiled(weight: Tensor, axis: int, num_bits: int, params: HQQParamete
     axis = axis % weight.ndim
     rows = as_rows(weight.data, axis)
     keepdims_shape = (*weight.shape[:axis], 1, *weight.shape[axis + 1 :])
-    extremes = np.empty((3, rows.shape[0]), dtype=np.float32)
-    block = rows_per_block(rows.shape[1])
-    compiled_extremes(rows.shape[1]).run(rows.shape[0], lambda begin: [block_rows(rows, begin, block, 0.0)], [extremes])
-    if not np.isfinite(extremes[2]).all():  # NaN/Inf weights: whatever the reference makes of them
+    first_chunk = None
+    if params.iterations > 0 and settles(params):  # one pass: the initialisation and the sweep's first chunk
+        s_rows, z_rows, total, first_chunk = compiled_initial_sweep(rows.shape[1], num_bits).run(rows)
+    else:
+        extremes = np.empty((3, rows.shape[0]), dtype=np.float32)
+        block = rows_per_block(rows.shape[1])
+        inputs_at = lambda begin: [block_rows(rows, begin, block, 0.0)]  # noqa: E731
+        compiled_extremes(rows.shape[1]).run(rows.shape[0], inputs_at, [extremes])
+        s_rows, z_rows = (t.data for t in min_max_init_for_range(Tensor(extremes[0]), Tensor(extremes[1]), num_bits))
+        total = extremes[2]
+    if not np.isfinite(total).all():  # NaN/Inf weights: whatever the reference makes of them
         return hqq_solve(weight, axis, num_bits, params)
-    s_rows, z_rows = (t.data for t in min_max_init_for_range(Tensor(extremes[0]), Tensor(extremes[1]), num_bits))
     inverse_scale = Tensor(from_rows(s_rows, keepdims_shape, axis))
     if params.iterations == 0:
         return inverse_scale, Tensor(from_rows(z_rows, keepdims_shape, axis))
-    best = _ProximalRun(rows, s_rows, num_bits, params).solve(z_rows)
+    best = _ProximalRun(rows, s_rows, num_bits, params, first_chunk).solve(z_rows)
     return inverse_scale, Tensor(from_rows(best, keepdims_shape, axis))
+
+
+def unroll_depth(params: HQQParameters) -> int:
+    """Iterations per compiled block of iterations (at most ``MAX_UNROLLED_ITERATIONS``, blocks of equal length)."""
+    blocks = math.ceil(params.iterations / MAX_UNROLLED_ITERATIONS)
+    return math.ceil(params.iterations / blocks)
+
+
+def settles(params: HQQParameters) -> bool:
+    """Whether the zero-point loop runs in chunks of ``SETTLE_CHUNK`` iterations that drop the settled groups: hard
+    rounding (the lp shrinkage, when on, is redone where it may act), more iterations per block than a chunk."""
+    soft_threshold = params.shrinkage and params.lp_norm == 1.0
+    return not soft_threshold and params.iterations > 0 and unroll_depth(params) > SETTLE_CHUNK
 
 
 def beta_schedule(params: HQQParameters) -> list[float]:
@@ -205,8 +228,7 @@ class ProximalReplay:
             group's importance)."""
         self.params = params
         self.betas = beta_schedule(params)
-        blocks = math.ceil(params.iterations / MAX_UNROLLED_ITERATIONS)
-        self.unroll = math.ceil(params.iterations / blocks)
+        self.unroll = unroll_depth(params)
         self.error_factor = error_factor
         self.tensor_factor = tensor_factor
 
@@ -269,7 +291,6 @@ class ProximalReplay:
         last, previous = values[done, picked], values[done - 1, picked]
         fixed = last == previous
         cycle = ~fixed & (last == values[done - 2, picked])
-        steps = l1.shape[0]
         if whole:  # every tail constant, then the 2-cycles' every other step
             values[done + 1 :] = last
             l1[done:] = l1[done - 1]
@@ -277,11 +298,14 @@ class ProximalReplay:
             values[done + 1 :: 2, rows] = previous[rows]
             l1[done::2, rows] = l1[done - 2, rows]
             return fixed | cycle
-        for rows, period in ((active[fixed], 1), (active[cycle], 2)):
-            for t in range(done + 1, steps + 1):
-                values[t, rows] = values[t - period, rows]
-            for t in range(done, steps):
-                l1[t, rows] = l1[t - period, rows]
+        rows = active[fixed]  # v_t = v_done for t > done, e_t = e_(done - 1) for t >= done
+        values[done + 1 :, rows] = values[done, rows]
+        l1[done:, rows] = l1[done - 1, rows]
+        rows = active[cycle]  # v_t = v_(t - 2), e_t = e_(t - 2): the last two steps alternate
+        values[done + 1 :: 2, rows] = values[done - 1, rows]
+        values[done + 2 :: 2, rows] = values[done, rows]
+        l1[done::2, rows] = l1[done - 2, rows]
+        l1[done + 1 :: 2, rows] = l1[done - 1, rows]
         return fixed | cycle
 
     def advance(self, state: _EarlyStopState, values: np.ndarray, l1: np.ndarray, steps: int) -> bool:
@@ -331,7 +355,16 @@ class ProximalReplay:
 class _ProximalRun(ProximalReplay):
     """The zero-point loop of one weight: blocks of compiled iterations, then the reference's bookkeeping."""
 
-    def __init__(self, rows: np.ndarray, inverse_scale: np.ndarray, num_bits: int, params: HQQParameters) -> None:
+    def __init__(
+        self,
+        rows: np.ndarray,
+        inverse_scale: np.ndarray,
+        num_bits: int,
+        params: HQQParameters,
+        first_chunk: SweepChunk | None = None,
+    ) -> None:
+        """:param first_chunk: the first chunk of the settling sweep from the initial zero points, when it was
+        computed already (``InitialSweep``)."""
         # 1 / (s * R): turns a group's summed |r| (scaled domain) into its mean absolute error in the weight domain.
         super().__init__(params, 1.0 / (inverse_scale.astype(np.float64) * rows.shape[1]))
         self.rows = rows
@@ -340,7 +373,8 @@ class _ProximalRun(ProximalReplay):
         self.soft_threshold = params.shrinkage and params.lp_norm == 1.0
         #: Whether iterations run in chunks that drop the settled groups (hard rounding only, see
         #: ``ProximalReplay.settling_trajectories``).
-        self.settling = not self.soft_threshold and self.unroll > SETTLE_CHUNK
+        self.settling = settles(params)
+        self.first_chunk = first_chunk if self.settling else None
         unroll = SETTLE_CHUNK if self.settling else self.unroll
         self.sweep = compiled_sweep(rows.shape[1], unroll, num_bits, 1.0 if self.soft_threshold else None)
 
@@ -365,7 +399,10 @@ class _ProximalRun(ProximalReplay):
         no_betas = np.zeros(SETTLE_CHUNK, dtype=np.float32)
 
         def run_chunk(picked: slice | np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            rows = self.rows if isinstance(picked, slice) else self.rows[picked]
+            if isinstance(picked, slice) and self.first_chunk is not None:  # computed from these very ``start``
+                chunk, self.first_chunk = self.first_chunk, None
+                return chunk
+            rows = self.rows if isinstance(picked, slice) else PickedRows(self.rows, picked)
             return self.sweep.run(rows, self.inverse_scale[picked], start, no_betas)
 
         zeros, l1, scaled_range = super().settling_trajectories(zero, steps, run_chunk)
@@ -436,7 +473,7 @@ class CompiledSweep:
         self.unroll = unroll
 
     def run(
-        self, rows: np.ndarray, inverse_scale: np.ndarray, zero: np.ndarray, inverse_betas: np.ndarray
+        self, rows: np.ndarray | PickedRows, inverse_scale: np.ndarray, zero: np.ndarray, inverse_betas: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Zero points ``[unroll + 1, N]`` (row 0: ``zero``), summed |r| ``[unroll, N]`` and the minimum and
         maximum of ``W * s`` ``[2, N]`` of every row."""
@@ -453,8 +490,37 @@ class CompiledSweep:
         return zeros, l1, scaled_range
 
 
+#: A chunk of the sweep: zero points ``[K + 1, N]``, summed |r| ``[K, N]``, min/max of ``W * s`` ``[2, N]``.
+SweepChunk = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+class InitialSweep:
+    """The first ``SETTLE_CHUNK`` iterations of the hard-rounding sweep from HQQ's min/max initialisation, computed
+    in the same model (``build_sweep_model(..., initialise=True)``): one pass over the weight instead of a pass for
+    the extremes and one for the first chunk."""
+
+    def __init__(self, model: ov.Model, rows_per_block: int, unroll: int) -> None:
+        self.runner = BlockRunner(model, rows_per_block)
+        self.rows_per_block = rows_per_block
+        self.unroll = unroll
+
+    def run(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, SweepChunk]:
+        """Every row's inverse scale and zero point (``core.min_max_init_for_range``, bit for bit) and sum (not
+        finite where a weight is not), and the first chunk from them (``CompiledSweep.run``'s outputs)."""
+        n, c = rows.shape[0], self.rows_per_block
+        zeros = np.empty((self.unroll + 1, n), dtype=np.float32)
+        l1 = np.empty((self.unroll, n), dtype=np.float32)
+        scaled_range = np.empty((2, n), dtype=np.float32)
+        initial = np.empty((3, n), dtype=np.float32)
+        betas = np.zeros((1, self.unroll), dtype=np.float32)
+        outputs = [zeros[1:], l1, scaled_range, initial]
+        self.runner.run(n, lambda begin: [block_rows(rows, begin, c, 0.0), betas], outputs)
+        zeros[0] = initial[1]
+        return initial[0], initial[1], initial[2], (zeros, l1, scaled_range)
+
+
 def block_inputs(
-    rows: np.ndarray, s_col: np.ndarray, z_col: np.ndarray, begin: int, count: int
+    rows: np.ndarray | PickedRows, s_col: np.ndarray, z_col: np.ndarray, begin: int, count: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rows ``begin:begin + count`` (views), padded to ``count`` rows for the last, shorter block (weights and
     zero points with 0, inverse scales with 1)."""
@@ -473,7 +539,27 @@ def compiled_sweep(group_size: int, unroll: int, num_bits: int, shrink_p: float 
     return CompiledSweep(model, block, unroll)
 
 
-def build_sweep_model(rows: int, group_size: int, unroll: int, q_max: float, shrink_p: float | None) -> ov.Model:
+@lru_cache(maxsize=CACHE_SIZE)
+def compiled_initial_sweep(group_size: int, num_bits: int) -> InitialSweep:
+    """The compiled first chunk with the initialisation (``InitialSweep``) for one group size and bit width."""
+    block = rows_per_block(group_size)
+    model = build_sweep_model(block, group_size, SETTLE_CHUNK, levels_max(num_bits), None, initialise=True)
+    return InitialSweep(model, block, SETTLE_CHUNK)
+
+
+def min_max_init_nodes(w_min: ov.Node, w_max: ov.Node, q_max: float) -> tuple[ov.Node, ov.Node]:
+    """``core.min_max_init_for_range`` as OpenVINO nodes, in its order of f32 operations (its constants rounded to
+    f32 as numpy rounds them, the division kept a division), so the same values bit for bit."""
+    zero_range = opset.multiply(opset.abs(w_min), opset.constant(np.float32(q_max / MAX_ABS_ZERO)))
+    widened = opset.maximum(opset.subtract(w_max, w_min), zero_range)
+    floor = opset.constant(np.float32(q_max / MAX_INVERSE_SCALE))
+    inverse_scale = true_divide(opset.constant(np.float32(q_max)), opset.maximum(widened, floor))
+    return inverse_scale, opset.multiply(opset.negative(w_min), inverse_scale)
+
+
+def build_sweep_model(
+    rows: int, group_size: int, unroll: int, q_max: float, shrink_p: float | None, initialise: bool = False
+) -> ov.Model:
     """``unroll`` HQQ iterations in the scaled domain for a ``[rows, group_size]`` block.
 
 
@@ -482,12 +568,23 @@ def build_sweep_model(rows: int, group_size: int, unroll: int, q_max: float, shr
     Inputs: weight ``[rows, R]``, inverse scale and starting zero point ``[rows, 1]``, ``1 / beta`` per
     iteration ``[1, unroll]`` (used by the shrinkage only). Outputs: the zero point after every iteration and
     the summed |r| of every iteration, both ``[unroll, rows]``, and ``min``/``max`` of ``W * s`` ``[2, rows]``.
+    With ``initialise``, the inverse scale and starting zero point are HQQ's min/max initialisation computed in the
+    model (``min_max_init_nodes``; inputs: the weight and ``1 / beta``), and a fourth output ``[3, rows]`` holds
+    them and every row's sum.
     """
     weight = opset.parameter([rows, group_size], ov.Type.f32, name="weight")
-    inverse_scale = opset.parameter([rows, 1], ov.Type.f32, name="inverse_scale")
-    zero = opset.parameter([rows, 1], ov.Type.f32, name="zero")
     inverse_betas = opset.parameter([1, unroll], ov.Type.f32, name="inverse_betas")
     axis = opset.constant(np.array([1], dtype=np.int64))
+    initial = []
+    if initialise:
+        w_min = opset.reduce_min(weight, axis, keep_dims=True)
+        inverse_scale, zero = min_max_init_nodes(w_min, opset.reduce_max(weight, axis, keep_dims=True), q_max)
+        initial = [stack_columns([inverse_scale, zero, opset.reduce_sum(weight, axis, keep_dims=True)], rows)]
+        parameters = [weight, inverse_betas]
+    else:
+        inverse_scale = opset.parameter([rows, 1], ov.Type.f32, name="inverse_scale")
+        zero = opset.parameter([rows, 1], ov.Type.f32, name="zero")
+        parameters = [weight, inverse_scale, zero, inverse_betas]
     count = opset.constant(np.float32(group_size))
     scaled = opset.multiply(weight, inverse_scale)
     thresholds = None if shrink_p is None else opset.split(inverse_betas, opset.constant(np.int64(1)), unroll)
@@ -508,8 +605,8 @@ def build_sweep_model(rows: int, group_size: int, unroll: int, q_max: float, shr
         z = opset.subtract(z, opset.divide(opset.reduce_sum(residual, axis, keep_dims=True), count))
         zeros.append(z)
     extremes = [opset.reduce_min(scaled, axis, keep_dims=True), opset.reduce_max(scaled, axis, keep_dims=True)]
-    outputs = [stack_columns(zeros, rows), stack_columns(l1, rows), stack_columns(extremes, rows)]
-    return ov.Model(outputs, [weight, inverse_scale, zero, inverse_betas], "hqq_sweep")
+    outputs = [stack_columns(zeros, rows), stack_columns(l1, rows), stack_columns(extremes, rows), *initial]
+    return ov.Model(outputs, parameters, "hqq_sweep")
 
 
 def _shrunk_zero_update(

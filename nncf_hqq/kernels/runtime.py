@@ -168,9 +168,33 @@ def shareable(array: np.ndarray) -> np.ndarray:
     return np.array(array, order="C")
 
 
-def block_rows(array: np.ndarray, begin: int, count: int, fill: float) -> np.ndarray:
-    """Rows ``begin:begin + count`` of ``array`` (a view), padded with ``fill`` for the last, shorter block (of
-    the array's dtype)."""
+class PickedRows:
+    """The rows ``picked`` (indices) of ``rows``, gathered a block at a time by ``block_rows``: while OpenVINO works
+    on the blocks already started, and into a block that is still in the cache when OpenVINO reads it, instead of a
+    copy of all of them first."""
+
+    def __init__(self, rows: np.ndarray, picked: np.ndarray) -> None:
+        self.rows = rows
+        self.picked = picked
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.picked.size, self.rows.shape[1])
+
+    def block(self, begin: int, count: int, fill: float) -> np.ndarray:
+        """Rows ``begin:begin + count`` of the picked rows (a new array), padded with ``fill``."""
+        indices = self.picked[begin : begin + count]
+        block = np.empty((count, self.rows.shape[1]), dtype=self.rows.dtype)
+        np.take(self.rows, indices, axis=0, out=block[: indices.size])
+        block[indices.size :] = fill
+        return block
+
+
+def block_rows(array: np.ndarray | PickedRows, begin: int, count: int, fill: float) -> np.ndarray:
+    """Rows ``begin:begin + count`` of ``array`` (a view of an array), padded with ``fill`` for the last, shorter
+    block (of the array's dtype)."""
+    if isinstance(array, PickedRows):
+        return array.block(begin, count, fill)
     if begin + count <= array.shape[0]:
         return array[begin : begin + count]
     block = np.full((count, array.shape[1]), fill, dtype=array.dtype)

@@ -48,15 +48,18 @@ def float_zero_point_decompression(
 
 def codes_constant(codes: np.ndarray, code_type: ov.Type, name: str) -> ov.Node:
     """The codes as a ``code_type`` constant; u4 codes are packed with numpy (two per byte, first one in the low
-    nibble, as OpenVINO stores them) instead of going through a Python list, which is slow and memory hungry."""
+    nibble, as OpenVINO stores them) straight into the constant's tensor, instead of going through a Python list,
+    which is slow and memory hungry."""
     if code_type != ov.Type.u4:
         return opset.constant(codes, dtype=code_type, name=name)
-    flat = codes.reshape(-1).astype(np.uint8)
+    flat = np.ascontiguousarray(codes, dtype=np.uint8).reshape(-1)
     if flat.size % 2:
         flat = np.append(flat, np.uint8(0))
-    packed = np.ascontiguousarray(flat[0::2] | (flat[1::2] << 4))
-    tensor = ov.Tensor(packed, ov.Shape(list(codes.shape)), code_type)
-    return opset.constant(tensor, shared_memory=False, name=name)
+    tensor = ov.Tensor(code_type, ov.Shape(list(codes.shape)))
+    packed = tensor.data.reshape(-1).view(np.uint8)
+    np.left_shift(flat[1::2], 4, out=packed)
+    np.bitwise_or(packed, flat[0::2] & 0x0F, out=packed)
+    return opset.constant(tensor, shared_memory=True, name=name)
 
 
 def _f16_constant(values: np.ndarray, name: str) -> ov.Node:
