@@ -10,6 +10,7 @@ import nncf
 import numpy as np
 import openvino as ov
 import pytest
+from nncf.common.logging import nncf_logger
 from nncf.tensor import Tensor
 from openvino import opset13 as opset
 
@@ -237,8 +238,13 @@ def test_weights_the_split_cannot_take_keep_their_float_zero_point(caplog: pytes
     model = nncf.compress_weights(siblings_model(), mode=MODE.INT4_ASYM, group_size=32, all_layers=True, hqq=True)
     matmuls = [op for op in model.get_ops() if op.get_type_name() == "MatMul"]
     assert all(float_zero_point_weight(op) is not None for op in matmuls)
-    with caplog.at_level(logging.INFO):
-        done = split_float_zero_points(model, names={"q", "k", "not_a_weight"})
+    # NNCF's logger does not propagate to the root logger: caplog sees it only through its own handler.
+    nncf_logger.addHandler(caplog.handler)
+    try:
+        with caplog.at_level(logging.INFO, logger=nncf_logger.name):
+            done = split_float_zero_points(model, names={"q", "k", "not_a_weight"})
+    finally:
+        nncf_logger.removeHandler(caplog.handler)
     assert sorted(done) == ["k", "q"]
     assert "not_a_weight" in caplog.text
     assert _f16_zero_points(model) == 2  # v and o were not asked for
