@@ -23,6 +23,7 @@ import openvino as ov
 
 from nncf_hqq._nncf import WeightCompression
 from nncf_hqq.llm.layout import read_model
+from nncf_hqq.llm.logs import bitwidth_tables_held_back
 from nncf_hqq.llm.options import CompressionOptions
 from nncf_hqq.llm.timing import OUTPUT_REFERENCE_PHASE
 from nncf_hqq.llm.timing import SELF_CALIBRATION_PHASE
@@ -47,7 +48,8 @@ def write_stand_in(model_xml: Path, directory: Path) -> Path:
     """The model of ``model_xml`` compressed to ``STAND_IN_MODE`` (every weight, embeddings and output head too) and
     saved in ``directory``; returns the written ``.xml``. The float model's pages are dropped as it is read (the
     caller's ``releasing_file_pages``), and the compressed copy is freed once written."""
-    model = nncf.compress_weights(read_model(model_xml), mode=STAND_IN_MODE)
+    with bitwidth_tables_held_back():  # NNCF's table of the stand-in's precisions: not the model written
+        model = nncf.compress_weights(read_model(model_xml), mode=STAND_IN_MODE)
     xml = Path(directory) / STAND_IN_XML
     ov.save_model(model, xml, compress_to_fp16=False)
     del model
