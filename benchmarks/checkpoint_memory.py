@@ -98,7 +98,8 @@ def tree_memory(pid: int) -> tuple[int, int]:
 def measured(argv: list[str], log: Path) -> dict[str, Any]:
     """Runs ``argv``; its wall time, peak memory overall and per phase (from its ``[nncf-hqq] PHASE ...`` lines)."""
     start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    env = {**os.environ, "NNCF_HQQ_ANNOUNCE_PHASES": "1"}  # nncf_hqq.llm.logs: phase starts logged off a terminal
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, env=env)
     phases: list[str] = []
     peaks: dict[str, int] = {}
     anonymous_peaks: dict[str, int] = {}

@@ -34,7 +34,7 @@ from nncf_hqq.llm.encoders import loader_hint
 from nncf_hqq.llm.encoders import recipe_for
 from nncf_hqq.llm.encoders import with_recipe
 from nncf_hqq.llm.layout import read_model
-from nncf_hqq.llm.logs import on_a_terminal
+from nncf_hqq.llm.logs import announces_phases
 from nncf_hqq.llm.logs import progress_bars_only_on_a_terminal
 from nncf_hqq.llm.memory import PhaseEstimate
 from nncf_hqq.llm.memory import check_compress_memory
@@ -144,7 +144,7 @@ class CompressJob:
         self.options = options
         self.log = log
         self.command_line = command_line
-        self.timer = StepTimer(log, at_boundary=return_free_heap, announce=on_a_terminal())
+        self.timer = StepTimer(log, at_boundary=return_free_heap, announce=announces_phases())
         self.start = time.perf_counter()
         self.estimates: tuple[PhaseEstimate, ...] = ()
         #: The zero-point format chosen for ``target_cpu`` (recorded in OUT), when the job chose it.
