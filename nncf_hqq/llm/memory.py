@@ -238,8 +238,8 @@ def compress_estimates(
             )
 
         tokens, first_request = generation.seq_len, 1 + generation.prompt_len  # BOS and a window of prompt text
-        if held_out:  # the float model's logits are recorded before any compression
-            phases.append(runs(OUTPUT_REFERENCE_PHASE, held_out, tokens, tokens))
+        if held_out:  # generated like the calibration text, then the logits recorded one sequence at a time
+            phases.append(runs(OUTPUT_REFERENCE_PHASE, held_out, tokens, first_request))
         phases.append(runs(SELF_CALIBRATION_PHASE, generation.num_samples, tokens, first_request))
         phases.append(runs(STATISTICS_PHASE, 1, tokens, tokens))  # one sequence at a time
     compression: tuple[tuple[str, int], ...] = (("compressed weights", compressed), ("working set", working))
