@@ -98,7 +98,8 @@ def tree_memory(pid: int) -> tuple[int, int]:
 def measured(argv: list[str], log: Path) -> dict[str, Any]:
     """Runs ``argv``; its wall time, peak memory overall and per phase (from its ``[nncf-hqq] PHASE ...`` lines)."""
     start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    env = {**os.environ, "NNCF_HQQ_ANNOUNCE_PHASES": "1"}  # nncf_hqq.llm.logs: phase starts logged off a terminal
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1, env=env)
     phases: list[str] = []
     peaks: dict[str, int] = {}
     anonymous_peaks: dict[str, int] = {}
@@ -116,6 +117,7 @@ def measured(argv: list[str], log: Path) -> dict[str, Any]:
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
+    partial = log.with_suffix(".phases.json")  # the phases' peaks so far, for a run that does not finish
     with log.open("w") as out:
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -125,6 +127,10 @@ def measured(argv: list[str], log: Path) -> dict[str, Any]:
                 phases.append(text[:-4])
             elif phases and text.startswith(f"{phases[-1]}: ") and text.endswith(" s"):
                 phases.pop()
+                progress = {"peak_gib": dict(peaks), "anonymous_peak_gib": dict(anonymous_peaks)}
+                partial.write_text(
+                    json.dumps({k: {n: round(v / GIB, 2) for n, v in d.items()} for k, d in progress.items()})
+                )
     _, status, usage = os.wait4(proc.pid, 0)
     done.set()
     sampler.join()

@@ -111,6 +111,12 @@ def test_flags_are_the_compress_jobs_options(capsys: pytest.CaptureFixture[str])
     changed = cli.build_parser().parse_args(["compress", "m", "out", "--no-output-check", "--ignore", "a", "--awq"])
     options = cli.job_options(changed)
     assert not options.output_check and options.ignore == ("a",) and options.awq
+    assert (
+        options.int8_stand_in
+        and not cli.job_options(
+            cli.build_parser().parse_args(["compress", "m", "out", "--no-int8-stand-in"])
+        ).int8_stand_in
+    )
 
 
 def test_command_line_process_reports_errors_without_traceback(tmp_path: Path) -> None:

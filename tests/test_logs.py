@@ -62,3 +62,16 @@ def test_bitwidth_tables_are_held_back_and_shown_later() -> None:
     finally:
         nncf_logger.removeHandler(handler)
     assert shown == ["Applying HQQ", f"{logs.BITWIDTH_TABLE}:\n| int8 |", f"{logs.BITWIDTH_TABLE}:\n| int4 |"]
+
+
+@pytest.mark.parametrize(
+    ("terminal", "env", "expected"),
+    [(True, "", True), (False, "", False), (False, "1", True)],
+    ids=["terminal", "off-a-terminal", "off-a-terminal-asked"],
+)
+def test_phase_starts_are_logged_on_a_terminal_or_when_asked(
+    monkeypatch: pytest.MonkeyPatch, terminal: bool, env: str, expected: bool
+) -> None:
+    monkeypatch.setattr(logs, "on_a_terminal", lambda: terminal)
+    monkeypatch.setenv(logs.ANNOUNCE_PHASES_ENV, env)
+    assert logs.announces_phases() is expected

@@ -112,9 +112,9 @@ HELD_OUT = 8
             True,
             [
                 "export",
+                "output check reference",
                 "self-calibration text",
                 "statistics",
-                "output check reference",
                 "compression",
                 "output check",
             ],
@@ -331,3 +331,19 @@ def test_an_unreadable_ir_is_left_to_the_job_to_report(tmp_path: Path, monkeypat
     with pytest.raises(RuntimeError):  # reading the model for compression says why
         compress(tmp_path, tmp_path / "out", log=lines.append)
     assert [line.split(" (")[0] for line in lines] == ["memory: not estimated"] * 2
+
+
+def test_seven_b_with_the_int8_stand_in() -> None:
+    """The phases that run the float model for its outputs run its INT8 copy instead: a byte a parameter, not the
+    two of bf16; the copy is written first (its codes and one weight's working set)."""
+    with_stand_in = memory.compress_estimates(SEVEN_B, True, GENERATION, HELD_OUT, stand_in=True)
+    by_phase = {e.phase: e.total for e in with_stand_in}
+    float_model = {e.phase: e.total for e in memory.compress_estimates(SEVEN_B, True, GENERATION, HELD_OUT)}
+    assert [e.phase for e in with_stand_in][:3] == ["export", "INT8 stand-in", "output check reference"]
+    working_set = memory.STAND_IN_WORKING_COPIES * 4 * SEVEN_B.largest
+    assert by_phase["INT8 stand-in"] == SEVEN_B.parameters + working_set + memory.BASELINE_BYTES
+    generation = SEVEN_B.parameters + QWEN_7B.working_bytes(32, 128, 17) + memory.BASELINE_BYTES
+    assert by_phase["self-calibration text"] == generation
+    for phase in ("output check reference", "self-calibration text", "statistics"):
+        assert float_model[phase] - by_phase[phase] == SEVEN_B.stored_bytes - SEVEN_B.parameters
+    assert max(by_phase[p] for p in ("output check reference", "self-calibration text", "statistics")) < 10 * GIB

@@ -36,7 +36,7 @@ from nncf_hqq.llm.encoders import recipe_for
 from nncf_hqq.llm.encoders import with_recipe
 from nncf_hqq.llm.layout import LANGUAGE_MODEL_XML
 from nncf_hqq.llm.layout import read_model
-from nncf_hqq.llm.logs import on_a_terminal
+from nncf_hqq.llm.logs import announces_phases
 from nncf_hqq.llm.logs import progress_bars_only_on_a_terminal
 from nncf_hqq.llm.memory import PhaseEstimate
 from nncf_hqq.llm.memory import check_compress_memory
@@ -62,6 +62,7 @@ from nncf_hqq.llm.source import SourceIR
 from nncf_hqq.llm.source import opened
 from nncf_hqq.llm.source import resolve_source
 from nncf_hqq.llm.staging import staged_dir
+from nncf_hqq.llm.stand_in import stand_in_for
 from nncf_hqq.llm.texts import calibration_dataset
 from nncf_hqq.llm.texts import prompt_text_token_ids
 from nncf_hqq.llm.texts import torch_calibration_dataset
@@ -154,7 +155,7 @@ class CompressJob:
         self.options = options
         self.log = log
         self.command_line = command_line
-        self.timer = StepTimer(log, at_boundary=return_free_heap, announce=on_a_terminal())
+        self.timer = StepTimer(log, at_boundary=return_free_heap, announce=announces_phases())
         self.start = time.perf_counter()
         self.estimates: tuple[PhaseEstimate, ...] = ()
         #: The zero-point format chosen for ``target_cpu`` (recorded in OUT), when the job chose it.
@@ -219,6 +220,7 @@ class CompressJob:
             held_out,
             self.log,
             refuse=options.memory_check,
+            stand_in=options.int8_stand_in,
         )
         self.estimates = tuple(estimates)
 
@@ -246,15 +248,21 @@ class CompressJob:
                     "MoE: {count} routers / gates kept in float ({quantize_routers} compresses them)", count=len(gates)
                 )
             check = None
-            if compression.self_calibration is not None and options.output_check:
-                del model  # the check holds the candidate it keeps; this reference would keep the first one as well
-                scratch = out.resolve().parent  # the float model's recorded logits, beside OUT, removed after
-                scratch.mkdir(parents=True, exist_ok=True)
-                model, compression, check = compress_checked_on_outputs(
-                    ir.xml, data_free, compression, log=self.log, timer=timer, scratch_dir=scratch
-                )
-            else:
-                model = compress_timed(model, compression, dataset, timer)
+            scratch = out.resolve().parent  # the stand-in and the float model's recorded logits, removed after
+            with stand_in_for(ir.xml, compression, options.int8_stand_in, scratch, self.log, timer) as stand_in:
+                if compression.self_calibration is not None and options.output_check:
+                    del model  # the check holds the candidate it keeps; this reference would keep the first one too
+                    model, compression, check = compress_checked_on_outputs(
+                        ir.xml,
+                        data_free,
+                        compression,
+                        log=self.log,
+                        timer=timer,
+                        scratch_dir=scratch,
+                        stand_in=stand_in,
+                    )
+                else:
+                    model = compress_timed(model, compression, dataset, timer, stand_in)
             compress_seconds = time.perf_counter() - compress_start
             record = self._record(source, compression, compress_seconds)
             record["output_check"] = check.record() if check is not None else None

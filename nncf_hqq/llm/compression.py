@@ -17,6 +17,8 @@ import openvino as ov
 
 import nncf_hqq
 from nncf_hqq._nncf import WeightCompression
+from nncf_hqq.llm import stand_in as int8
+from nncf_hqq.llm.layout import read_model
 from nncf_hqq.llm.options import GROUP_SIZE_DEFAULT_TEXT
 from nncf_hqq.llm.options import SELF_CALIBRATION_MODES
 from nncf_hqq.llm.options import CompressionOptions
@@ -98,17 +100,28 @@ def statistics_timed(timer: StepTimer) -> Iterator[None]:
 
 
 def compress_timed(
-    model: Any, options: CompressionOptions, dataset: nncf.Dataset | None = None, timer: StepTimer | None = None
+    model: Any,
+    options: CompressionOptions,
+    dataset: nncf.Dataset | None = None,
+    timer: StepTimer | None = None,
+    stand_in: Path | None = None,
 ) -> Any:
     """``compress_model`` in timed phases: the self-calibration text the float model generates (when ``options``
     self-calibrate and no ``dataset`` is given), then the compression, with NNCF's statistics nested in it. The
-    same model as ``compress_model`` (the text is generated as ``nncf_hqq.compress_weights`` generates it)."""
+    same model as ``compress_model`` (the text is generated as ``nncf_hqq.compress_weights`` generates it).
+    ``stand_in``: the float model's INT8 copy (``nncf_hqq.llm.stand_in``), which generates the text and runs the
+    statistics' pass in its place (each where ``STAND_IN_PHASES`` says so)."""
     if timer is None:
         return compress_model(model, options, dataset)
     if dataset is None and options.self_calibration is not None and isinstance(model, ov.Model):
         with timer.step(SELF_CALIBRATION_PHASE):
-            dataset = self_calibration_dataset(model, options.self_calibration)
-    with timer.step(COMPRESSION_PHASE), statistics_timed(timer):
+            generator = model
+            if int8.runs_in_place_of_float(stand_in, SELF_CALIBRATION_PHASE) and stand_in is not None:
+                generator = read_model(stand_in)
+            with int8.running(stand_in):
+                dataset = self_calibration_dataset(generator, options.self_calibration)
+            del generator
+    with timer.step(COMPRESSION_PHASE), statistics_timed(timer), int8.statistics_collected_on(stand_in):
         return compress_model(model, options, dataset)
 
 

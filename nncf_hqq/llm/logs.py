@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -23,6 +24,16 @@ BITWIDTH_TABLE = "Statistics of the bitwidth distribution"
 def on_a_terminal() -> bool:
     """Whether stderr, where the jobs log, is an interactive terminal."""
     return sys.stderr.isatty()
+
+
+#: Set to a non-empty value, the jobs log when each phase starts also off a terminal
+#: (``benchmarks/checkpoint_memory.py`` sets it to attribute its memory samples to phases).
+ANNOUNCE_PHASES_ENV = "NNCF_HQQ_ANNOUNCE_PHASES"
+
+
+def announces_phases() -> bool:
+    """Whether the jobs log each phase's start (``PHASE ...``): on a terminal, or with ``ANNOUNCE_PHASES_ENV`` set."""
+    return on_a_terminal() or bool(os.environ.get(ANNOUNCE_PHASES_ENV))
 
 
 @contextmanager

@@ -37,11 +37,14 @@ from nncf_hqq.llm.layout import HF_CONFIG
 from nncf_hqq.llm.layout import ir_xml
 from nncf_hqq.llm.layout import read_model
 from nncf_hqq.llm.options import JobError
+from nncf_hqq.llm.stand_in import STAND_IN_BYTES_PER_PARAMETER
+from nncf_hqq.llm.stand_in import STAND_IN_PHASES
 from nncf_hqq.llm.timing import COMPRESSION_PHASE
 from nncf_hqq.llm.timing import EXPORT_PHASE
 from nncf_hqq.llm.timing import OUTPUT_CHECK_PHASE
 from nncf_hqq.llm.timing import OUTPUT_REFERENCE_PHASE
 from nncf_hqq.llm.timing import SELF_CALIBRATION_PHASE
+from nncf_hqq.llm.timing import STAND_IN_PHASE
 from nncf_hqq.llm.timing import STATISTICS_PHASE
 from nncf_hqq.self_calibration import SelfCalibration
 
@@ -58,6 +61,9 @@ EXPORT_FACTOR = 1.0
 INT4_BYTES_PER_PARAMETER = 0.56
 #: Float32 copies of the largest weight that compressing it holds at once.
 LARGEST_WEIGHT_COPIES = 3
+#: Float32 copies of the largest weight that NNCF's INT8 compression holds at once while it writes the stand-in
+#: (measured: 1.76 GiB resident on Qwen2.5-0.5B's shapes, whose largest weight is the embedding table; estimated 1.77).
+STAND_IN_WORKING_COPIES = 1
 #: The self-calibrated compression (NNCF's statistics, AWQ, Scale Estimation and HQQ) over the weights' stored bytes:
 #: measured, 15.7 GiB of anonymous memory for a 14.2 GiB bf16 checkpoint of Qwen2.5-7B's shapes.
 DATA_AWARE_COMPRESSION_FACTOR = 1.1
@@ -121,9 +127,19 @@ class ModelSize:
             return self.stored_bytes
         return min(self.stored_bytes, BF16_COMPILED_BYTES * self.parameters)
 
-    def float_model_parts(self, sequences: int, tokens: int, first_request_tokens: int) -> tuple[tuple[str, int], ...]:
-        """The parts of a phase that runs the float model (compiled in f32) on ``sequences`` of ``tokens`` at once."""
-        parts = [("float model's packed weights", self.compiled_bytes())]
+    def stand_in_bytes(self) -> int:
+        """The weights of the float model's INT8 stand-in (``nncf_hqq.llm.stand_in``)."""
+        return int(self.parameters * STAND_IN_BYTES_PER_PARAMETER)
+
+    def float_model_parts(
+        self, sequences: int, tokens: int, first_request_tokens: int, stand_in: bool = False
+    ) -> tuple[tuple[str, int], ...]:
+        """The parts of a phase that runs the float model (compiled in f32), or its INT8 stand-in, on ``sequences``
+        of ``tokens`` at once."""
+        if stand_in:
+            parts = [("INT8 stand-in's packed weights", self.stand_in_bytes())]
+        else:
+            parts = [("float model's packed weights", self.compiled_bytes())]
         if self.decoder is not None:
             working = self.decoder.working_bytes(sequences, tokens, first_request_tokens)
             parts.append(("KV cache and logits", working))
@@ -197,11 +213,12 @@ class PhaseEstimate:
 
 
 def compress_estimates(
-    size: ModelSize, export: bool, generation: SelfCalibration | None, held_out: int
+    size: ModelSize, export: bool, generation: SelfCalibration | None, held_out: int, stand_in: bool = False
 ) -> list[PhaseEstimate]:
     """The phases the compress job will run on a model of ``size`` and the peak memory each needs: ``export`` (a HF
-    model), self-calibrated with ``generation`` (its sequences; None: data-free) and output-checked on ``held_out``
-    generated sequences (0: no check)."""
+    model), self-calibrated with ``generation`` (its sequences; None: data-free), output-checked on ``held_out``
+    generated sequences (0: no check), with the float model's INT8 stand-in in the phases ``STAND_IN_PHASES``
+    names when ``stand_in``."""
     compressed = size.compressed_bytes()
     working = LARGEST_WEIGHT_COPIES * 4 * size.largest
     phases = []
@@ -210,14 +227,21 @@ def compress_estimates(
             PhaseEstimate(EXPORT_PHASE, (("checkpoint being converted", int(EXPORT_FACTOR * size.stored_bytes)),))
         )
     if generation is not None:
+        if stand_in:
+            copies = STAND_IN_WORKING_COPIES * 4 * size.largest
+            parts = (("INT8 copy", size.stand_in_bytes()), ("working set", copies))
+            phases.append(PhaseEstimate(STAND_IN_PHASE, parts))
+
+        def runs(phase: str, sequences: int, tokens: int, first: int) -> PhaseEstimate:
+            return PhaseEstimate(
+                phase, size.float_model_parts(sequences, tokens, first, stand_in and phase in STAND_IN_PHASES)
+            )
+
         tokens, first_request = generation.seq_len, 1 + generation.prompt_len  # BOS and a window of prompt text
-        phases.append(
-            PhaseEstimate(SELF_CALIBRATION_PHASE, size.float_model_parts(generation.num_samples, tokens, first_request))
-        )
-        phases.append(PhaseEstimate(STATISTICS_PHASE, size.float_model_parts(1, tokens, tokens)))  # one at a time
-        if held_out:  # the float model's logits are recorded before any compression
-            reference = size.float_model_parts(held_out, tokens, tokens)
-            phases.append(PhaseEstimate(OUTPUT_REFERENCE_PHASE, reference))
+        if held_out:  # generated like the calibration text, then the logits recorded one sequence at a time
+            phases.append(runs(OUTPUT_REFERENCE_PHASE, held_out, tokens, first_request))
+        phases.append(runs(SELF_CALIBRATION_PHASE, generation.num_samples, tokens, first_request))
+        phases.append(runs(STATISTICS_PHASE, 1, tokens, tokens))  # one sequence at a time
     compression: tuple[tuple[str, int], ...] = (("compressed weights", compressed), ("working set", working))
     data_aware = int(DATA_AWARE_COMPRESSION_FACTOR * size.stored_bytes)
     if generation is not None and data_aware > compressed + working:
@@ -274,11 +298,12 @@ def check_compress_memory(
     held_out: int,
     log: Callable[[str], None],
     refuse: bool = True,
+    stand_in: bool = False,
 ) -> list[PhaseEstimate]:
     """The estimates of every phase the compress job will run (``compress_estimates``), the largest logged; with
     ``refuse``, ``NotEnoughMemoryError`` naming the phases that exceed the memory available and the options that
     fit."""
-    estimates = compress_estimates(size, export, generation, held_out)
+    estimates = compress_estimates(size, export, generation, held_out, stand_in)
     available = available_bytes()
     peak = max(estimates, key=lambda e: e.total)
     log(f"memory: {peak.describe()} at most; {available / GIB:.1f} GiB available")
@@ -286,7 +311,7 @@ def check_compress_memory(
     if not over or not refuse:
         return estimates
     fits = []
-    if held_out and not too_large(compress_estimates(size, export, generation, 0), available):
+    if held_out and not too_large(compress_estimates(size, export, generation, 0, stand_in), available):
         fits.append("{no_output_check}")
     if generation is not None and not too_large(compress_estimates(size, export, None, 0), available):
         fits.append("{no_self_calibration} (data-free)")

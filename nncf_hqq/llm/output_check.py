@@ -27,6 +27,8 @@ from nncf_hqq.llm.layout import read_model
 from nncf_hqq.llm.logs import bitwidth_tables_held_back
 from nncf_hqq.llm.logs import show
 from nncf_hqq.llm.options import CompressionOptions
+from nncf_hqq.llm.stand_in import model_for
+from nncf_hqq.llm.stand_in import running
 from nncf_hqq.llm.timing import OUTPUT_CHECK_PHASE
 from nncf_hqq.llm.timing import OUTPUT_REFERENCE_PHASE
 from nncf_hqq.llm.timing import StepTimer
@@ -83,6 +85,7 @@ def compress_checked_on_outputs(
     log: Callable[[str], None],
     timer: StepTimer | None = None,
     scratch_dir: Path | None = None,
+    stand_in: Path | None = None,
 ) -> tuple[ov.Model, CompressionOptions, OutputCheck]:
     """The model of ``model_xml`` compressed as each of ``output_check_candidates``, and the one whose
     outputs on held-out generated sequences are closest to the float model's (least KL divergence), with its
@@ -99,6 +102,8 @@ def compress_checked_on_outputs(
     compression the pages of the IR's weights file that it read are dropped (``release_file_mappings``): a
     compressed model read from that file keeps it mapped, and the pages NNCF's RTN read would otherwise stay
     resident through the evaluations. NNCF's bitwidth table is shown once, the kept candidate's, after the choice.
+    ``stand_in``: the float model's INT8 copy (``nncf_hqq.llm.stand_in``), which generates the held-out sequences and
+    gives the reference logits in its place, and serves the self-calibrated candidate (``compress_timed``).
     """
     if self_calibrated.self_calibration is None:
         msg = "the output check compares a self-calibrated compression: self_calibrated.self_calibration is None"
@@ -107,12 +112,15 @@ def compress_checked_on_outputs(
     candidates = output_check_candidates(data_free, self_calibrated)
     weights_file = ir_xml(model_xml).with_suffix(".bin")
     with tempfile.TemporaryDirectory(prefix=".nncf-hqq-output-check-", dir=scratch_dir) as scratch:
-        with timer.step(OUTPUT_REFERENCE_PHASE):
-            held_out = held_out_sequences(read_model(model_xml), self_calibrated.self_calibration)
-            release_file_mappings(weights_file)
-            reference = RecordedLogits.record(model_xml, held_out, Path(scratch) / "float_logits.bin")
-            release_file_mappings(weights_file)
-        kept, chosen, metrics, tables = _compress_candidates(model_xml, candidates, reference, held_out, log, timer)
+        with timer.step(OUTPUT_REFERENCE_PHASE), running(stand_in):
+            reference_xml = model_for(OUTPUT_REFERENCE_PHASE, model_xml, stand_in)
+            held_out = held_out_sequences(read_model(reference_xml), self_calibrated.self_calibration)
+            release_file_mappings(weights_file, reference_xml.with_suffix(".bin"))
+            reference = RecordedLogits.record(reference_xml, held_out, Path(scratch) / "float_logits.bin")
+            release_file_mappings(weights_file, reference_xml.with_suffix(".bin"))
+        kept, chosen, metrics, tables = _compress_candidates(
+            model_xml, candidates, reference, held_out, log, timer, stand_in
+        )
         reference.close()
     summary = ", ".join(f"{name} {metrics[name]['kl']:.4f}" for name in candidates)
     log(f"Output check on {len(held_out)} held-out generated sequences, KL vs float: {summary}; keeping {chosen}")
@@ -127,6 +135,7 @@ def _compress_candidates(
     held_out: Sequence[np.ndarray],
     log: Callable[[str], None],
     timer: StepTimer,
+    stand_in: Path | None = None,
 ) -> tuple[ov.Model, str, dict[str, Metrics], list[logging.LogRecord]]:
     """Every candidate compressed from ``model_xml`` (the first in ``compress_timed``'s phases) and evaluated
     against ``reference``: the least-KL one (ties keep the earlier), its name, every candidate's metrics with the
@@ -135,7 +144,7 @@ def _compress_candidates(
     (first, first_options), *others = candidates.items()
     log(f"Output check: compressing the {first} candidate")
     with bitwidth_tables_held_back() as tables:
-        kept = compress_timed(read_model(model_xml), first_options, None, timer)
+        kept = compress_timed(read_model(model_xml), first_options, None, timer, stand_in)
     release_file_mappings(weights_file)
     with timer.step(OUTPUT_CHECK_PHASE):
         metrics = evaluate_llms(reference, {first: kept}, held_out)

@@ -17,6 +17,8 @@ EXPORT_PHASE = "export"
 CALIBRATION_DATA_PHASE = "calibration data"
 #: ``backend="torch"``: loading the HF model in PyTorch.
 LOADING_PHASE = "loading"
+#: Self-calibrated: the float model's INT8 copy written, that runs the phases that need its outputs (``stand_in``).
+STAND_IN_PHASE = "INT8 stand-in"
 #: The output check's first step, before any compression: the held-out sequences and the float model's logits on them.
 OUTPUT_REFERENCE_PHASE = "output check reference"
 SELF_CALIBRATION_PHASE = "self-calibration text"
