@@ -112,10 +112,8 @@ def test_flags_are_the_compress_jobs_options(capsys: pytest.CaptureFixture[str])
     options = cli.job_options(changed)
     assert not options.output_check and options.ignore == ("a",) and options.awq
     assert (
-        options.int8_stand_in
-        and not cli.job_options(
-            cli.build_parser().parse_args(["compress", "m", "out", "--no-int8-stand-in"])
-        ).int8_stand_in
+        not options.int8_stand_in
+        and cli.job_options(cli.build_parser().parse_args(["compress", "m", "out", "--int8-stand-in"])).int8_stand_in
     )
 
 

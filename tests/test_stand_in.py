@@ -87,11 +87,11 @@ def test_nncf_collects_its_statistics_on_the_stand_in(
 
 def test_the_job_runs_the_stand_in_and_removes_it(tiny_llm: tuple[Path, Any], tmp_path: Path) -> None:
     lines: list[str] = []
-    result = compress(tiny_llm[0], tmp_path / "out", group_size=64, log=lines.append)
+    result = compress(tiny_llm[0], tmp_path / "out", group_size=64, int8_stand_in=True, log=lines.append)
     assert list(result.phase_seconds)[:2] == [STAND_IN_PHASE, OUTPUT_REFERENCE_PHASE]
     assert any(line.startswith("INT8 stand-in: an INT8 copy") for line in lines)
     assert [p.name for p in tmp_path.iterdir()] == ["out"]  # the stand-in's scratch dir is gone
-    without = compress(tiny_llm[0], tmp_path / "float", group_size=64, int8_stand_in=False, log=lines.append)
+    without = compress(tiny_llm[0], tmp_path / "float", group_size=64, log=lines.append)  # the default: off
     assert STAND_IN_PHASE not in without.phase_seconds
     data_free = compress(tiny_llm[0], tmp_path / "data-free", group_size=64, self_calibration=False)
     assert STAND_IN_PHASE not in data_free.phase_seconds

@@ -297,7 +297,8 @@ class JobOptions(RecipeOptions):
         ``"image-text-to-text"``.
     :param memory_check: refuse, before anything starts, a run whose phases need more memory than is available.
     :param int8_stand_in: self-calibrated: an INT8 copy of the float model runs the phases that only need its outputs
-        (the output check's reference, the self-calibration text, the statistics; ``nncf_hqq.llm.stand_in``).
+        (the output check's reference, the self-calibration text, the statistics; ``nncf_hqq.llm.stand_in``), in
+        about half the memory of bf16 weights. Off by default: on SmolLM2 it cost accuracy (docs/memory.md).
     :param target_cpu: the kind of CPU the model will run on (``cpu.TARGET_CPUS``; ``"this"``: the one the job
         runs on); without ``zero_point``, HQQ's zero points take the format that suits it (``cpu.zero_point_for``).
     """
@@ -310,7 +311,7 @@ class JobOptions(RecipeOptions):
     tokenizer: Path | None = None
     task: str = AUTO_TASK
     memory_check: bool = True
-    int8_stand_in: bool = True
+    int8_stand_in: bool = False
     backend: str = "auto"
     target_cpu: str = "this"
 

@@ -76,7 +76,7 @@ def stand_in_for(
     phases = ", ".join(sorted(STAND_IN_PHASES))
     log(
         f"INT8 stand-in: an INT8 copy of the float model (per channel) runs {phases} in its place, in half the memory "
-        "of bf16 weights (--no-int8-stand-in: the float model itself)"
+        "of bf16 weights (--int8-stand-in)"
     )
     with tempfile.TemporaryDirectory(prefix=".nncf-hqq-stand-in-", dir=scratch_dir) as scratch:
         with timer.step(STAND_IN_PHASE):
