@@ -220,11 +220,14 @@ def _copy_tokenizer(tokenizer_dir: Path, out: Path, config: Any) -> None:
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     tokenizer.save_pretrained(out)
 
-    def in_vocabulary(token_id: int | None) -> int | None:  # a smaller model vocabulary than the tokenizer's
-        return token_id if token_id is not None and token_id < config.vocab_size else None
+    text_config = config.get_text_config()  # the config itself, or a vision-language model's language model's
 
-    config.bos_token_id = in_vocabulary(tokenizer.bos_token_id)
-    config.eos_token_id = in_vocabulary(tokenizer.eos_token_id)
+    def in_vocabulary(token_id: int | None) -> int | None:  # a smaller model vocabulary than the tokenizer's
+        return token_id if token_id is not None and token_id < text_config.vocab_size else None
+
+    for target in {id(config): config, id(text_config): text_config}.values():
+        target.bos_token_id = in_vocabulary(tokenizer.bos_token_id)
+        target.eos_token_id = in_vocabulary(tokenizer.eos_token_id)
 
 
 def _write_image_processor(out: Path) -> None:
