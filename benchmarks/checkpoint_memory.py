@@ -140,6 +140,7 @@ def measured(argv: list[str], log: Path) -> dict[str, Any]:
         "peak_gib": round(peak[0] / GIB, 2),
         "peak_anonymous_gib": round(peak[1] / GIB, 2),
         "maxrss_gib": round(usage.ru_maxrss * 1024 / GIB, 2),
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),  # user + system, of it and the children it waited for
         "phase_peak_gib": {name: round(value / GIB, 2) for name, value in peaks.items()},
         "phase_anonymous_peak_gib": {name: round(value / GIB, 2) for name, value in anonymous_peaks.items()},
     }
