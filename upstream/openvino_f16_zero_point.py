@@ -25,6 +25,7 @@ import json
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import openvino as ov
@@ -54,7 +55,7 @@ def matmul(k: int, n: int, group: int, zero_point: str) -> ov.Model:
     return ov.Model([opset.result(opset.matmul(x, weight, False, True))], [x], f"u4_weight_{zero_point}_zero_point")
 
 
-def cpu_description() -> dict[str, object]:
+def cpu_description() -> dict[str, Any]:
     """The CPU's name, the ISA flags above it has (Linux /proc/cpuinfo), and the plugin's view of it."""
     flags: set[str] = set()
     cpuinfo = Path("/proc/cpuinfo")
