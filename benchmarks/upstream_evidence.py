@@ -4,6 +4,7 @@
     python upstream/pr3981_tree.py NNCF_REPO /tmp/pr3981            # NNCF's open HQQ PR #3981 on nncf 3.4.0
     python benchmarks/upstream_evidence.py --trees pr3981=/tmp/pr3981,core=/tmp/core --timed core \\
         --out results/upstream_evidence.json
+    python benchmarks/upstream_evidence.py --report results/upstream_evidence.json      # its tables as Markdown
 
 Rows: ``rtn`` (the installed nncf 3.4.0, ``hqq`` off: NNCF's round to nearest) and one row per tree (``DIR/src``
 first on ``PYTHONPATH``, ``hqq=True``). Every compression runs in a child process of its own that reads the float IR,
@@ -302,7 +303,62 @@ def print_tables(record: dict[str, Any]) -> None:
             print(f"{model:<16}{shown}")
 
 
+def markdown(record: dict[str, Any]) -> str:
+    """The tables of a saved run as Markdown (for docs/upstreaming.md and the pull requests' descriptions)."""
+    parts, lines = record["parts"], []
+    for model in ("smollm2", "qwen"):
+        if model not in parts:
+            continue
+        part = parts[model]
+        lines += [
+            f"\n**{model}**, INT4_ASYM g{part['group_size']}, {part['windows']} windows",
+            "",
+            "| row | PPL | gap closed | KL | top-1 | compression s |",
+            "|---|---|---|---|---|---|",
+        ]
+        for name, values in part["metrics"].items():
+            closed = "" if name in ("float", "rtn") else f"{values['ppl_gap_closed']:.0%}"
+            seconds = part["compress_seconds"].get(name)
+            shown = "" if seconds is None else f"{seconds:.1f}"
+            lines.append(
+                f"| {name} | {values['ppl']:.2f} | {closed} | {values['kl']:.4f} | {values['top1']:.4f} | {shown} |"
+            )
+    for model in ("minilm", "mpnet"):
+        if model not in parts:
+            continue
+        part = parts[model]
+        lines += [
+            f"\n**{model}**, INT4_ASYM g{part['group_size']}, {part['lines']} lines",
+            "",
+            "| row | cosine | min cosine | gap closed | compression s |",
+            "|---|---|---|---|---|",
+        ]
+        for name, values in part["metrics"].items():
+            closed = "" if name == "rtn" else f"{values['cosine_gap_closed']:.0%}"
+            lines.append(
+                f"| {name} | {values['cosine']:.5f} | {values['cosine_min']:.5f} | {closed} "
+                f"| {part['compress_seconds'][name]:.1f} |"
+            )
+    if "time" in parts:
+        names = list(next(iter(parts["time"].values()))["median_seconds"])
+        lines += [
+            f"\n**compression time**, median of {record['repeats']} alternated runs, seconds (ratio to RTN)",
+            "",
+            "| model | " + " | ".join(names) + " |",
+            "|---|" + "---|" * len(names),
+        ]
+        for model, part in parts["time"].items():
+            cells = [f"{part['median_seconds'][n]:.1f} ({part['ratio_to_rtn'][n]:.2f}x)" for n in names]
+            lines.append(f"| {model} | " + " | ".join(cells) + " |")
+    return "\n".join(lines).strip() + "\n"
+
+
 def main(argv: list[str] | None = None) -> None:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["--report"]:
+        print(markdown(json.loads(Path(argv[1]).read_text())), end="")
+        return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trees", required=True, help="NAME=DIR,...: built trees holding DIR/src/nncf")
     parser.add_argument("--timed", default="", help="NAME,...: the trees timed against RTN (default: all)")
@@ -330,7 +386,7 @@ def main(argv: list[str] | None = None) -> None:
     cpu = this_cpu()
     rows: dict[str, Path | None] = {"rtn": None, **trees}
     record: dict[str, Any] = {
-        "command": " ".join([Path(sys.argv[0]).as_posix(), *(argv if argv is not None else sys.argv[1:])]),
+        "command": " ".join(["python benchmarks/upstream_evidence.py", *argv]),
         "trees": {name: tree_identity(tree) for name, tree in trees.items()},
         "nncf": nncf.__version__,
         "openvino": ov.get_version(),

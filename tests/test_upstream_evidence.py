@@ -121,3 +121,26 @@ def test_reproducer_models_differ_only_in_the_zero_point(zero_point: str, stored
     x = np.random.default_rng(0).standard_normal((2, 256)).astype(np.float32)
     y = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})(x)[0]
     assert y.shape == (2, 64) and np.isfinite(y).all()
+
+
+def test_markdown_report_of_a_saved_run() -> None:
+    record = {
+        "repeats": 3,
+        "parts": {
+            "minilm": {
+                "group_size": 64,
+                "lines": 200,
+                "metrics": {
+                    "rtn": {"cosine": 0.96, "cosine_min": 0.94, "cosine_gap_closed": 0.0},
+                    "core": {"cosine": 0.97, "cosine_min": 0.95, "cosine_gap_closed": 0.25},
+                },
+                "compress_seconds": {"rtn": 7.6, "core": 12.1},
+            },
+            "time": {
+                "smollm2": {"median_seconds": {"rtn": 8.0, "core": 12.0}, "ratio_to_rtn": {"rtn": 1.0, "core": 1.5}}
+            },
+        },
+    }
+    text = evidence.markdown(record)
+    assert "| core | 0.97000 | 0.95000 | 25% | 12.1 |" in text
+    assert "| smollm2 | 8.0 (1.00x) | 12.0 (1.50x) |" in text
