@@ -177,7 +177,7 @@ def held(lock: str | None) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def llm_part(model: str, rows: dict[str, Path | None], tmp: Path) -> dict[str, Any]:
+def llm_part(model: str, rows: dict[str, Path | None], tmp: Path, reused: dict[str, Any] | None) -> dict[str, Any]:
     import openvino as ov
     from _sequential import evaluate_against
     from _sequential import reference_log_probs
@@ -197,7 +197,11 @@ def llm_part(model: str, rows: dict[str, Path | None], tmp: Path) -> dict[str, A
     reference = reference_log_probs(ir_dir, cache_dir() / "fp_logp" / model, windows)
     metrics: dict[str, dict[str, float]] = {"float": reference_metrics(windows, reference)}
     seconds: dict[str, float] = {}
+    if reused is not None:
+        metrics["rtn"], seconds["rtn"] = reused["metrics"]["rtn"], reused["compress_seconds"]["rtn"]
     for name, tree in rows.items():
+        if name in metrics:
+            continue
         out = tmp / f"{model}_{name}.xml"
         seconds[name] = compress(ir_xml(ir_dir), out, group_size, tree)
         metrics[name] = evaluate_against(ov.Core().read_model(out), windows, reference)
@@ -210,7 +214,7 @@ def llm_part(model: str, rows: dict[str, Path | None], tmp: Path) -> dict[str, A
     return {"group_size": group_size, "windows": count, "metrics": metrics, "compress_seconds": seconds}
 
 
-def encoder_part(model: str, rows: dict[str, Path | None], tmp: Path) -> dict[str, Any]:
+def encoder_part(model: str, rows: dict[str, Path | None], tmp: Path, reused: dict[str, Any] | None) -> dict[str, Any]:
     import numpy as np
     import openvino as ov
 
@@ -232,7 +236,11 @@ def encoder_part(model: str, rows: dict[str, Path | None], tmp: Path) -> dict[st
     reference = mean_pooled(compile_model(ir_dir, ENCODER_CONFIG), tokenizer, lines)
     metrics: dict[str, dict[str, float]] = {}
     seconds: dict[str, float] = {}
+    if reused is not None:
+        metrics["rtn"], seconds["rtn"] = reused["metrics"]["rtn"], reused["compress_seconds"]["rtn"]
     for name, tree in rows.items():
+        if name in metrics:
+            continue
         out = tmp / f"{model}_{name}.xml"
         seconds[name] = compress(ir_xml(ir_dir), out, group_size, tree)
         embeddings = mean_pooled(compile_model(ov.Core().read_model(out), ENCODER_CONFIG), tokenizer, lines)
@@ -365,8 +373,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--parts", default=",".join(PARTS), help=f"any of {','.join(PARTS)}")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--lock", default=MEMORY_LOCK, help="held during the qwen part; 'none' for no lock")
+    parser.add_argument(
+        "--reuse-rtn",
+        type=Path,
+        default=None,
+        help="a saved run whose rtn accuracy rows (the installed nncf, deterministic) stand in for this run's",
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
+    reused = json.loads(args.reuse_rtn.read_text())["parts"] if args.reuse_rtn else {}
     try:
         trees = parse_trees(args.trees)
     except ValueError as error:
@@ -392,6 +407,7 @@ def main(argv: list[str] | None = None) -> None:
         "openvino": ov.get_version(),
         "cpu": {"model": cpu.model, "kind": cpu.kind, "isa": cpu.isa()},
         "repeats": args.repeats,
+        "rtn_accuracy_from": str(args.reuse_rtn) if args.reuse_rtn else None,
         "parts": {},
     }
     print(f"CPU: {cpu.describe()}; trees: {', '.join(f'{n}={t}' for n, t in trees.items())}", flush=True)
@@ -400,9 +416,9 @@ def main(argv: list[str] | None = None) -> None:
             start = time.perf_counter()
             if part in ("smollm2", "qwen"):
                 with held(None if part == "smollm2" or args.lock == "none" else args.lock):
-                    record["parts"][part] = llm_part(part, rows, Path(tmp))
+                    record["parts"][part] = llm_part(part, rows, Path(tmp), reused.get(part))
             elif part in ("minilm", "mpnet"):
-                record["parts"][part] = encoder_part(part, rows, Path(tmp))
+                record["parts"][part] = encoder_part(part, rows, Path(tmp), reused.get(part))
             else:
                 timed_rows = {"rtn": None, **{name: trees[name] for name in timed}}
                 record["parts"]["time"] = time_part(timed_rows, args.repeats, Path(tmp))
