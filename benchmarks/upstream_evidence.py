@@ -1,0 +1,436 @@
+"""The evidence of the HQQ pull requests, measured by the patched NNCF trees themselves: accuracy and compression time.
+
+    python upstream/build.py /tmp/core --upto 0001                  # the pull request's tree (DEST)
+    python upstream/pr3981_tree.py NNCF_REPO /tmp/pr3981            # NNCF's open HQQ PR #3981 on nncf 3.4.0
+    python benchmarks/upstream_evidence.py --trees pr3981=/tmp/pr3981,core=/tmp/core --timed core \\
+        --out results/upstream_evidence.json
+    python benchmarks/upstream_evidence.py --report results/upstream_evidence.json      # its tables as Markdown
+
+Rows: ``rtn`` (the installed nncf 3.4.0, ``hqq`` off: NNCF's round to nearest) and one row per tree (``DIR/src``
+first on ``PYTHONPATH``, ``hqq=True``). Every compression runs in a child process of its own that reads the float IR,
+calls ``nncf.compress_weights`` (INT4_ASYM, the model's group size, ratio 1, backup mode NONE; shared/PROTOCOL.md),
+saves the result and prints the seconds ``compress_weights`` took; in the child any import of ``nncf_hqq`` fails and
+the ``nncf`` it imported must come from the row's tree (checked). Nothing is compressed by ``nncf_hqq``.
+
+Parts (``--parts``):
+
+- ``smollm2``: SmolLM2-135M-Instruct (float weights dequantized from a 4-bit GGUF file), g64, PPL / KL / top-1 over
+  40 WikiText-2 windows of 512 tokens against the float model (PROTOCOL.md).
+- ``qwen``: the Qwen2.5-1.5B-shaped model (Qwen2.5-Coder-1.5B-Instruct, dequantized from a GGUF file; its f32 IR
+  is about 6 GB), g128, 20 windows; runs holding ``--lock`` (the machine's memory lock).
+- ``minilm``, ``mpnet``: all-MiniLM-L6-v2 and all-mpnet-base-v2 (genuine float weights), g64, mean and minimum
+  cosine of mean-pooled embeddings of 200 WikiText-2 lines against the float encoder's.
+- ``time``: compression time of RTN and of each ``--timed`` tree, alternated, median of ``--repeats``, on SmolLM2,
+  on eight 2048x2048 MatMuls and on one decoder layer's MatMuls at Qwen2.5-1.5B's shapes (q/k/v with biases, o,
+  gate, up, down; random weights, g128, every layer compressed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import hashlib
+import importlib.abc
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from collections.abc import Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+WIKITEXT = "data/wikitext-2-raw/wiki.test.raw"
+WORKER = "--_compress"
+PARTS = ("smollm2", "minilm", "mpnet", "time", "qwen")
+#: Group size and WikiText-2 windows per accuracy model (PROTOCOL.md; encoders: 10 lines per window).
+ACCURACY = {"smollm2": (64, 40), "qwen": (128, 20), "minilm": (64, 20), "mpnet": (64, 20)}
+#: The synthetic models of the timing part: name -> (builder name in benchmarks/inference.py, its arguments).
+TIMING_MODELS = {
+    "matmul_2048x8": ("matmul_stack", (2048, 8)),
+    "qwen1.5b_layer": ("qwen_layers", (1536, 8960, 256, 1)),
+}
+TIMING_GROUP_SIZE = 128
+MEMORY_LOCK = "/tmp/nncf-hqq-bigmem.lock"
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The child: one compression with one tree's NNCF, nncf_hqq unimportable
+# --------------------------------------------------------------------------------------------------------------------
+class _ForbidNNCFHQQ(importlib.abc.MetaPathFinder):
+    """Makes any import of ``nncf_hqq`` fail in the child."""
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None, target: Any = None) -> None:
+        if fullname.split(".")[0] == "nncf_hqq":
+            msg = f"{fullname} must not be imported while a tree's NNCF compresses"
+            raise ImportError(msg)
+
+
+def compress_worker(argv: list[str]) -> None:
+    """``IR OUT GROUP_SIZE [--hqq] [--all-layers] [--tree DIR]``: prints the seconds of ``compress_weights``."""
+    sys.meta_path.insert(0, _ForbidNNCFHQQ())
+    import nncf
+    import openvino as ov
+
+    ir, out, group_size = Path(argv[0]), Path(argv[1]), int(argv[2])
+    if "--tree" in argv:
+        tree = Path(argv[argv.index("--tree") + 1]).resolve()
+        if not Path(nncf.__file__).resolve().is_relative_to(tree):
+            sys.exit(f"nncf came from {nncf.__file__}, not from the tree {tree}")
+    model = ov.Core().read_model(ir)
+    options: dict[str, Any] = {"hqq": True} if "--hqq" in argv else {}
+    if "--all-layers" in argv:
+        options["all_layers"] = True
+    start = time.perf_counter()
+    model = nncf.compress_weights(
+        model,
+        mode=nncf.CompressWeightsMode.INT4_ASYM,
+        group_size=group_size,
+        ratio=1.0,
+        backup_mode=nncf.BackupMode.NONE,
+        **options,
+    )
+    seconds = time.perf_counter() - start
+    if out.name != "-":
+        ov.save_model(model, out, compress_to_fp16=False)
+    print(seconds)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The parent
+# --------------------------------------------------------------------------------------------------------------------
+def parse_trees(text: str) -> dict[str, Path]:
+    """``NAME=DIR,...`` -> {name: DIR}; every DIR must hold ``src/nncf``; ``rtn`` is taken by the installed NNCF."""
+    trees: dict[str, Path] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            msg = f"--trees: {item!r} is not NAME=DIR"
+            raise ValueError(msg)
+        if name == "rtn" or name in trees:
+            msg = f"--trees: the name {name!r} is taken"
+            raise ValueError(msg)
+        if not (Path(path) / "src" / "nncf" / "__init__.py").is_file():
+            msg = f"--trees: {path} holds no src/nncf"
+            raise ValueError(msg)
+        trees[name] = Path(path)
+    return trees
+
+
+def child_command(ir: Path, out: Path | str, group_size: int, tree: Path | None, all_layers: bool) -> list[str]:
+    """The child's command line: ``hqq=True`` exactly when a tree is given."""
+    command = [sys.executable, str(Path(__file__).resolve()), WORKER, str(ir), str(out), str(group_size)]
+    if tree is not None:
+        command += ["--hqq", "--tree", str(tree.resolve())]
+    return command + ["--all-layers"] * all_layers
+
+
+def compress(ir: Path, out: Path | str, group_size: int, tree: Path | None, all_layers: bool = False) -> float:
+    """Runs one child (``tree/src`` alone on its ``PYTHONPATH``, or none for the installed nncf); its seconds."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if tree is not None:
+        env["PYTHONPATH"] = str((tree / "src").resolve())
+    done = subprocess.run(
+        child_command(ir, out, group_size, tree, all_layers), env=env, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        sys.exit(f"compression failed ({tree or 'installed nncf'}, {ir.name}):\n{done.stderr[-3000:]}")
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def gap_closed(rtn: float, row: float, reference: float) -> float:
+    """The share of RTN's distance to the reference that the row closes (perplexity: reference = float PPL;
+    cosine: reference = 1)."""
+    return (rtn - row) / (rtn - reference)
+
+
+def median_alternated(runs: dict[str, list[float]]) -> dict[str, float]:
+    return {name: statistics.median(values) for name, values in runs.items()}
+
+
+def tree_identity(tree: Path) -> dict[str, Any]:
+    """What identifies a built tree: its patches' sha256 (upstream/build.py writes DEST/patches), if it has any."""
+    patches = sorted((tree / "patches").glob("*.patch"))
+    return {
+        "path": str(tree.resolve()),
+        "patches": {p.name: hashlib.sha256(p.read_bytes()).hexdigest()[:16] for p in patches},
+    }
+
+
+@contextmanager
+def held(lock: str | None) -> Iterator[None]:
+    """Holds the machine's memory lock (flock on ``lock``) for the block; None: no lock."""
+    if lock is None:
+        yield
+        return
+    with open(lock, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def llm_part(model: str, rows: dict[str, Path | None], tmp: Path, reused: dict[str, Any] | None) -> dict[str, Any]:
+    import openvino as ov
+    from _sequential import evaluate_against
+    from _sequential import reference_log_probs
+    from _sequential import reference_metrics
+
+    from nncf_hqq.llm.layout import ir_xml
+    from nncf_hqq.llm.texts import load_tokenizer
+    from nncf_hqq.llm.texts import wikitext_windows
+    from nncf_hqq.llm.zoo import cache_dir
+    from nncf_hqq.llm.zoo import qwen_ov_dir
+    from nncf_hqq.llm.zoo import shared_path
+    from nncf_hqq.llm.zoo import smollm2_ov_dir
+
+    group_size, count = ACCURACY[model]
+    ir_dir = {"smollm2": smollm2_ov_dir, "qwen": qwen_ov_dir}[model]()
+    windows = wikitext_windows(load_tokenizer(ir_dir), shared_path(WIKITEXT), count)
+    reference = reference_log_probs(ir_dir, cache_dir() / "fp_logp" / model, windows)
+    metrics: dict[str, dict[str, float]] = {"float": reference_metrics(windows, reference)}
+    seconds: dict[str, float] = {}
+    if reused is not None:
+        metrics["rtn"], seconds["rtn"] = reused["metrics"]["rtn"], reused["compress_seconds"]["rtn"]
+    for name, tree in rows.items():
+        if name in metrics:
+            continue
+        out = tmp / f"{model}_{name}.xml"
+        seconds[name] = compress(ir_xml(ir_dir), out, group_size, tree)
+        metrics[name] = evaluate_against(ov.Core().read_model(out), windows, reference)
+        out.unlink()
+        out.with_suffix(".bin").unlink()
+        print(f"  {model} {name}: {metrics[name]} (compressed in {seconds[name]:.1f} s)", flush=True)
+    fp, rtn = metrics["float"]["ppl"], metrics["rtn"]["ppl"]
+    for name in rows:
+        metrics[name]["ppl_gap_closed"] = gap_closed(rtn, metrics[name]["ppl"], fp)
+    return {"group_size": group_size, "windows": count, "metrics": metrics, "compress_seconds": seconds}
+
+
+def encoder_part(model: str, rows: dict[str, Path | None], tmp: Path, reused: dict[str, Any] | None) -> dict[str, Any]:
+    import numpy as np
+    import openvino as ov
+
+    from nncf_hqq.llm.encoders import ENCODER_CONFIG
+    from nncf_hqq.llm.encoders import cosine_rows
+    from nncf_hqq.llm.encoders import mean_pooled
+    from nncf_hqq.llm.evaluation import compile_model
+    from nncf_hqq.llm.layout import ir_xml
+    from nncf_hqq.llm.texts import load_tokenizer
+    from nncf_hqq.llm.texts import wikitext_lines
+    from nncf_hqq.llm.zoo import minilm_ov_dir
+    from nncf_hqq.llm.zoo import mpnet_ov_dir
+    from nncf_hqq.llm.zoo import shared_path
+
+    group_size, count = ACCURACY[model]
+    ir_dir = {"minilm": minilm_ov_dir, "mpnet": mpnet_ov_dir}[model]()
+    lines = wikitext_lines(shared_path(WIKITEXT), count * 10)
+    tokenizer = load_tokenizer(ir_dir)
+    reference = mean_pooled(compile_model(ir_dir, ENCODER_CONFIG), tokenizer, lines)
+    metrics: dict[str, dict[str, float]] = {}
+    seconds: dict[str, float] = {}
+    if reused is not None:
+        metrics["rtn"], seconds["rtn"] = reused["metrics"]["rtn"], reused["compress_seconds"]["rtn"]
+    for name, tree in rows.items():
+        if name in metrics:
+            continue
+        out = tmp / f"{model}_{name}.xml"
+        seconds[name] = compress(ir_xml(ir_dir), out, group_size, tree)
+        embeddings = mean_pooled(compile_model(ov.Core().read_model(out), ENCODER_CONFIG), tokenizer, lines)
+        cosines = cosine_rows(reference, embeddings)
+        metrics[name] = {"cosine": float(np.mean(cosines)), "cosine_min": float(np.min(cosines))}
+        print(f"  {model} {name}: {metrics[name]} (compressed in {seconds[name]:.1f} s)", flush=True)
+    for name in rows:
+        metrics[name]["cosine_gap_closed"] = gap_closed(metrics["rtn"]["cosine"], metrics[name]["cosine"], 1.0)
+    return {"group_size": group_size, "lines": len(lines), "metrics": metrics, "compress_seconds": seconds}
+
+
+def time_part(rows: dict[str, Path | None], repeats: int, tmp: Path) -> dict[str, Any]:
+    import inference
+    import openvino as ov
+
+    from nncf_hqq.llm.layout import ir_xml
+    from nncf_hqq.llm.zoo import smollm2_ov_dir
+
+    models: dict[str, tuple[Path, int, bool]] = {"smollm2": (ir_xml(smollm2_ov_dir()), 64, False)}
+    for name, (builder, arguments) in TIMING_MODELS.items():
+        path = tmp / f"{name}.xml"
+        ov.save_model(getattr(inference, builder)(*arguments), path, compress_to_fp16=False)
+        models[name] = (path, TIMING_GROUP_SIZE, True)
+    results: dict[str, Any] = {}
+    for model, (ir, group_size, all_layers) in models.items():
+        runs: dict[str, list[float]] = {name: [] for name in rows}
+        for _ in range(repeats):
+            for name, tree in rows.items():
+                runs[name].append(compress(ir, "-", group_size, tree, all_layers))
+        medians = median_alternated(runs)
+        ratios = {name: medians[name] / medians["rtn"] for name in rows}
+        results[model] = {"runs": runs, "median_seconds": medians, "ratio_to_rtn": ratios}
+        shown = ", ".join(f"{name} {medians[name]:.1f} s ({ratios[name]:.2f}x)" for name in rows)
+        print(f"  time {model}: {shown}", flush=True)
+    return results
+
+
+def print_tables(record: dict[str, Any]) -> None:
+    parts = record["parts"]
+    for model in ("smollm2", "qwen"):
+        if model not in parts:
+            continue
+        part = parts[model]
+        print(f"\n{model}, INT4_ASYM g{part['group_size']}, {part['windows']} windows")
+        print(f"{'row':<10}{'PPL':>9}{'gap closed':>12}{'KL':>9}{'top-1':>9}{'compress s':>12}")
+        for name, values in part["metrics"].items():
+            closed = "" if name in ("float", "rtn") else f"{values['ppl_gap_closed']:.0%}"
+            seconds = part["compress_seconds"].get(name)
+            shown = "" if seconds is None else f"{seconds:.1f}"
+            print(f"{name:<10}{values['ppl']:>9.2f}{closed:>12}{values['kl']:>9.4f}{values['top1']:>9.4f}{shown:>12}")
+    for model in ("minilm", "mpnet"):
+        if model not in parts:
+            continue
+        part = parts[model]
+        print(f"\n{model}, INT4_ASYM g{part['group_size']}, {part['lines']} lines")
+        print(f"{'row':<10}{'cosine':>10}{'min':>10}{'gap closed':>12}{'compress s':>12}")
+        for name, values in part["metrics"].items():
+            closed = "" if name == "rtn" else f"{values['cosine_gap_closed']:.0%}"
+            print(
+                f"{name:<10}{values['cosine']:>10.5f}{values['cosine_min']:>10.5f}{closed:>12}"
+                f"{part['compress_seconds'][name]:>12.1f}"
+            )
+    if "time" in parts:
+        print(f"\ncompression time, median of {record['repeats']} alternated runs (seconds, ratio to RTN)")
+        for model, part in parts["time"].items():
+            ratios = part["ratio_to_rtn"]
+            shown = "  ".join(f"{n} {s:.1f} ({ratios[n]:.2f}x)" for n, s in part["median_seconds"].items())
+            print(f"{model:<16}{shown}")
+
+
+def markdown(record: dict[str, Any]) -> str:
+    """The tables of a saved run as Markdown (for docs/upstreaming.md and the pull requests' descriptions)."""
+    parts, lines = record["parts"], []
+    for model in ("smollm2", "qwen"):
+        if model not in parts:
+            continue
+        part = parts[model]
+        lines += [
+            f"\n**{model}**, INT4_ASYM g{part['group_size']}, {part['windows']} windows",
+            "",
+            "| row | PPL | gap closed | KL | top-1 | compression s |",
+            "|---|---|---|---|---|---|",
+        ]
+        for name, values in part["metrics"].items():
+            closed = "" if name in ("float", "rtn") else f"{values['ppl_gap_closed']:.0%}"
+            seconds = part["compress_seconds"].get(name)
+            shown = "" if seconds is None else f"{seconds:.1f}"
+            lines.append(
+                f"| {name} | {values['ppl']:.2f} | {closed} | {values['kl']:.4f} | {values['top1']:.4f} | {shown} |"
+            )
+    for model in ("minilm", "mpnet"):
+        if model not in parts:
+            continue
+        part = parts[model]
+        lines += [
+            f"\n**{model}**, INT4_ASYM g{part['group_size']}, {part['lines']} lines",
+            "",
+            "| row | cosine | min cosine | gap closed | compression s |",
+            "|---|---|---|---|---|",
+        ]
+        for name, values in part["metrics"].items():
+            closed = "" if name == "rtn" else f"{values['cosine_gap_closed']:.0%}"
+            lines.append(
+                f"| {name} | {values['cosine']:.5f} | {values['cosine_min']:.5f} | {closed} "
+                f"| {part['compress_seconds'][name]:.1f} |"
+            )
+    if "time" in parts:
+        names = list(next(iter(parts["time"].values()))["median_seconds"])
+        lines += [
+            f"\n**compression time**, median of {record['repeats']} alternated runs, seconds (ratio to RTN)",
+            "",
+            "| model | " + " | ".join(names) + " |",
+            "|---|" + "---|" * len(names),
+        ]
+        for model, part in parts["time"].items():
+            cells = [f"{part['median_seconds'][n]:.1f} ({part['ratio_to_rtn'][n]:.2f}x)" for n in names]
+            lines.append(f"| {model} | " + " | ".join(cells) + " |")
+    return "\n".join(lines).strip() + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["--report"]:
+        print(markdown(json.loads(Path(argv[1]).read_text())), end="")
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trees", required=True, help="NAME=DIR,...: built trees holding DIR/src/nncf")
+    parser.add_argument("--timed", default="", help="NAME,...: the trees timed against RTN (default: all)")
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"any of {','.join(PARTS)}")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--lock", default=MEMORY_LOCK, help="held during the qwen part; 'none' for no lock")
+    parser.add_argument(
+        "--reuse-rtn",
+        type=Path,
+        default=None,
+        help="a saved run whose rtn accuracy rows (the installed nncf, deterministic) stand in for this run's",
+    )
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    reused = json.loads(args.reuse_rtn.read_text())["parts"] if args.reuse_rtn else {}
+    try:
+        trees = parse_trees(args.trees)
+    except ValueError as error:
+        parser.error(str(error))
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    if unknown := sorted(set(parts) - set(PARTS)):
+        parser.error(f"--parts: unknown {unknown}")
+    timed = [t.strip() for t in args.timed.split(",") if t.strip()] or list(trees)
+    if unknown := sorted(set(timed) - set(trees)):
+        parser.error(f"--timed: not in --trees: {unknown}")
+
+    import nncf
+    import openvino as ov
+
+    from nncf_hqq.llm.cpu import this_cpu
+
+    cpu = this_cpu()
+    rows: dict[str, Path | None] = {"rtn": None, **trees}
+    record: dict[str, Any] = {
+        "command": " ".join(["python benchmarks/upstream_evidence.py", *argv]),
+        "trees": {name: tree_identity(tree) for name, tree in trees.items()},
+        "nncf": nncf.__version__,
+        "openvino": ov.get_version(),
+        "cpu": {"model": cpu.model, "kind": cpu.kind, "isa": cpu.isa()},
+        "repeats": args.repeats,
+        "rtn_accuracy_from": str(args.reuse_rtn) if args.reuse_rtn else None,
+        "parts": {},
+    }
+    print(f"CPU: {cpu.describe()}; trees: {', '.join(f'{n}={t}' for n, t in trees.items())}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="upstream_evidence_") as tmp:
+        for part in parts:
+            start = time.perf_counter()
+            if part in ("smollm2", "qwen"):
+                with held(None if part == "smollm2" or args.lock == "none" else args.lock):
+                    record["parts"][part] = llm_part(part, rows, Path(tmp), reused.get(part))
+            elif part in ("minilm", "mpnet"):
+                record["parts"][part] = encoder_part(part, rows, Path(tmp), reused.get(part))
+            else:
+                timed_rows = {"rtn": None, **{name: trees[name] for name in timed}}
+                record["parts"]["time"] = time_part(timed_rows, args.repeats, Path(tmp))
+            print(f"[{part} done in {time.perf_counter() - start:.0f} s]", flush=True)
+            if args.out:  # written after every part: a long run keeps what it measured
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.write_text(json.dumps(record, indent=2) + "\n")
+    print_tables(record)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == WORKER:
+        compress_worker(sys.argv[2:])
+    else:
+        main()

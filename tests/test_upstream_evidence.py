@@ -1,0 +1,146 @@
+"""The pure parts of the pull requests' evidence scripts: benchmarks/upstream_evidence.py,
+benchmarks/upstream_benchmark_app.py and the OpenVINO reproducer upstream/openvino_f16_zero_point.py (whose text
+upstream/openvino-issue.md carries)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import openvino as ov
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))  # the benchmarks import each other as scripts
+
+
+def load(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"evidence_{path.stem}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+evidence = load(ROOT / "benchmarks" / "upstream_evidence.py")
+bapp = load(ROOT / "benchmarks" / "upstream_benchmark_app.py")
+reproducer = load(ROOT / "upstream" / "openvino_f16_zero_point.py")
+
+
+def make_tree(root: Path) -> Path:
+    (root / "src" / "nncf").mkdir(parents=True)
+    (root / "src" / "nncf" / "__init__.py").write_text("")
+    return root
+
+
+def test_parse_trees_reads_names_and_dirs(tmp_path: Path) -> None:
+    a, b = make_tree(tmp_path / "a"), make_tree(tmp_path / "b")
+    assert evidence.parse_trees(f"core={a}, pr3981={b},") == {"core": a, "pr3981": b}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("core", "is not NAME=DIR"), ("=x", "is not NAME=DIR"), ("rtn={tree}", "taken"), ("c={tree},c={tree}", "taken")],
+    ids=["no_dir", "no_name", "rtn_reserved", "duplicate"],
+)
+def test_parse_trees_refuses(tmp_path: Path, text: str, message: str) -> None:
+    tree = make_tree(tmp_path / "t")
+    with pytest.raises(ValueError, match=message):
+        evidence.parse_trees(text.format(tree=tree))
+
+
+def test_parse_trees_refuses_a_dir_without_nncf(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="holds no src/nncf"):
+        evidence.parse_trees(f"core={tmp_path}")
+
+
+def test_child_turns_hqq_on_exactly_for_a_tree(tmp_path: Path) -> None:
+    rtn = evidence.child_command(Path("m.xml"), "-", 64, None, False)
+    tree = evidence.child_command(Path("m.xml"), "-", 64, tmp_path, True)
+    assert "--hqq" not in rtn and "--tree" not in rtn and "--all-layers" not in rtn
+    assert tree[tree.index("--tree") + 1] == str(tmp_path.resolve())
+    assert "--hqq" in tree and "--all-layers" in tree
+
+
+def test_gap_closed() -> None:
+    assert evidence.gap_closed(38.0, 34.0, 28.0) == pytest.approx(0.4)
+    assert evidence.gap_closed(0.96, 0.98, 1.0) == pytest.approx(0.5)
+    assert evidence.gap_closed(38.0, 38.0, 28.0) == 0.0
+
+
+def test_child_forbids_nncf_hqq() -> None:
+    with pytest.raises(ImportError, match="must not be imported"):
+        evidence._ForbidNNCFHQQ().find_spec("nncf_hqq.maths", None)
+    assert evidence._ForbidNNCFHQQ().find_spec("nncf", None) is None
+
+
+@pytest.mark.parametrize(
+    ("line", "ms"), [("Median:  75.39 us", 0.07539), ("Median: 12.5 ms", 12.5), ("Median: 1.5 s", 1500)]
+)
+def test_median_latency_in_ms(line: str, ms: float) -> None:
+    assert bapp.median_ms(f"[ INFO ] Latency:\n[ INFO ]    {line}\n[ INFO ]    Average: 9 ms") == pytest.approx(ms)
+
+
+def test_median_latency_missing() -> None:
+    with pytest.raises(ValueError, match="no median latency"):
+        bapp.median_ms("[ ERROR ] nothing ran")
+
+
+def test_plugin_settings() -> None:
+    output = "[ INFO ]   INFERENCE_PRECISION_HINT: <Type: 'float32'>\n[ INFO ]   DYNAMIC_QUANTIZATION_GROUP_SIZE: 32\n"
+    assert bapp.plugin_settings(output) == {
+        "INFERENCE_PRECISION_HINT": "<Type: 'float32'>",
+        "DYNAMIC_QUANTIZATION_GROUP_SIZE": "32",
+    }
+
+
+def test_per_round_ratio_pairs_rounds() -> None:
+    # per-round ratios 2, 1, 3: median 2; the ratio of the medians would be 3 / 1 = 3
+    assert bapp.per_round_ratio([1.0, 4.0, 1.0], [2.0, 4.0, 3.0]) == pytest.approx(2.0)
+
+
+def test_issue_carries_the_reproducer_verbatim() -> None:
+    issue = (ROOT / "upstream" / "openvino-issue.md").read_text()
+    script = (ROOT / "upstream" / "openvino_f16_zero_point.py").read_text()
+    assert f"```python\n{script.rstrip()}\n```" in issue
+
+
+@pytest.mark.parametrize(("zero_point", "stored"), [("u4", "u4"), ("f16", "f16")])
+def test_reproducer_models_differ_only_in_the_zero_point(zero_point: str, stored: str) -> None:
+    model = reproducer.matmul(256, 64, 128, zero_point)
+    subtract = next(op for op in model.get_ops() if op.get_type_name() == "Subtract")
+    codes, zp = (subtract.input_value(i).get_node() for i in (0, 1))
+    assert codes.input_value(0).get_node().get_element_type() == ov.Type.u4
+    zp_constant = zp.input_value(0).get_node() if zp.get_type_name() == "Convert" else zp
+    assert zp_constant.get_element_type().get_type_name() == stored
+    assert list(zp_constant.get_output_shape(0)) == [64, 2, 1]
+    x = np.random.default_rng(0).standard_normal((2, 256)).astype(np.float32)
+    y = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})(x)[0]
+    assert y.shape == (2, 64) and np.isfinite(y).all()
+
+
+def test_markdown_report_of_a_saved_run() -> None:
+    record = {
+        "repeats": 3,
+        "parts": {
+            "minilm": {
+                "group_size": 64,
+                "lines": 200,
+                "metrics": {
+                    "rtn": {"cosine": 0.96, "cosine_min": 0.94, "cosine_gap_closed": 0.0},
+                    "core": {"cosine": 0.97, "cosine_min": 0.95, "cosine_gap_closed": 0.25},
+                },
+                "compress_seconds": {"rtn": 7.6, "core": 12.1},
+            },
+            "time": {
+                "smollm2": {"median_seconds": {"rtn": 8.0, "core": 12.0}, "ratio_to_rtn": {"rtn": 1.0, "core": 1.5}}
+            },
+        },
+    }
+    text = evidence.markdown(record)
+    assert "| core | 0.97000 | 0.95000 | 25% | 12.1 |" in text
+    assert "| smollm2 | 8.0 (1.00x) | 12.0 (1.50x) |" in text
