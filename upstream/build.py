@@ -143,16 +143,21 @@ def check_ruff_version() -> None:
         raise BuildError(msg)
 
 
-def apply_patch(root: Path, patch: series.Patch) -> None:
+def apply_patch(root: Path, patch: series.Patch, added_earlier: set[str]) -> None:
     """Adds the patch's placed modules (imports sorted and formatted as NNCF's ruff rules want) and files to the
-    tree at ``root``, then applies its edits."""
+    tree at ``root``, then applies its edits. A file of the patch that an earlier patch added is its new version (the
+    diff shows what changed); NNCF's own files change by anchored edits only."""
     for ours, theirs in patch.placed.items():
         write_new(root, theirs, placed_text(ours))
     if patch.placed:
         ruff(root, ["check", "--fix", "--select", "I", "--quiet", *patch.placed.values()])
         ruff(root, ["format", "--quiet", *patch.placed.values()])
     for path in sorted(patch.files.rglob("*.py")):
-        write_new(root, path.relative_to(patch.files).as_posix(), path.read_text())
+        relative = path.relative_to(patch.files).as_posix()
+        if relative in added_earlier:
+            (root / relative).write_text(LICENCE_HEADER + path.read_text())
+        else:
+            write_new(root, relative, path.read_text())
     edit.apply_edits(root, list(patch.edits))
 
 
@@ -217,9 +222,10 @@ def build(dest: Path, upto: str | None = None) -> dict[str, object]:
     patches_dir = dest / "patches"
     patches_dir.mkdir()
     summary: dict[str, object] = {"nncf": version, "patches": []}
+    added_earlier: set[str] = set()
     for patch in series.SERIES[: numbers.index(upto) + 1 if upto else None]:
         before = tree_files(dest)
-        apply_patch(dest, patch)
+        apply_patch(dest, patch, added_earlier)
         after = tree_files(dest)
         diff = unified_diff(before, after)
         added = "\n".join(line for line in diff.splitlines() if line.startswith("+"))
@@ -228,6 +234,7 @@ def build(dest: Path, upto: str | None = None) -> dict[str, object]:
             msg = f"{patch.stem} contains {found}: nothing of nncf-hqq may be in a patch"
             raise BuildError(msg)
         stats = diff_stats(before, after, diff)
+        added_earlier.update(stats["added_files"])  # type: ignore[arg-type]
         compile_all(dest, [*stats["added_files"], *stats["changed_files"]])  # type: ignore[misc]
         (patches_dir / f"{patch.stem}.patch").write_text(diff)
         shutil.copyfile(patch.description, patches_dir / f"{patch.stem}.md")
