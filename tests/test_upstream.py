@@ -78,6 +78,8 @@ def test_series_has_every_patch_with_its_description(builds: dict[str, Path]) ->
     for stem in patches:
         assert (builds["series"] / "patches" / f"{stem}.md").read_text().startswith("# ")
     assert [entry["patch"] for entry in summary(builds["core"])["patches"]] == patches[:1]
+    usage = (builds["core"] / "patches" / f"{patches[0]}-Usage.md").read_text()
+    assert "hqq=True" in usage and "AdvancedHQQParameters" in usage
 
 
 def test_core_patch_is_reviewable_in_one_sitting(builds: dict[str, Path]) -> None:

@@ -4,7 +4,8 @@ Takes the installed nncf package (the wheel holds all of its source), lays it ou
 (``DEST/src/nncf``) and applies the patches of ``series.SERIES`` in order. It writes
 - ``DEST/patches/NNNN-<name>.patch``: each pull request as a unified diff against the tree the previous ones left
   (paths ``a/src/nncf/...``, ``a/tests/...``; ``patch -p1`` or ``git apply`` in a tree whose ``src/nncf`` is nncf
-  3.4.0), and ``DEST/patches/NNNN-<name>.md``, its description;
+  3.4.0), ``DEST/patches/NNNN-<name>.md``, its description, and ``DEST/patches/NNNN-<name>-Usage.md``, its section
+  of NNCF's ``docs/usage/post_training_compression/weights_compression/Usage.md`` (which the wheel lacks), if any;
 - ``DEST/src/nncf`` and ``DEST/tests``: the whole series applied;
 - ``DEST/patches/series.json``: per patch the files it adds and changes and its added and removed lines;
 - ``DEST/ruff.toml``: NNCF's ruff rules (``upstream/nncf_ruff.toml``), so that ``ruff check``/``ruff format --check``
@@ -238,6 +239,8 @@ def build(dest: Path, upto: str | None = None) -> dict[str, object]:
         compile_all(dest, [*stats["added_files"], *stats["changed_files"]])  # type: ignore[misc]
         (patches_dir / f"{patch.stem}.patch").write_text(diff)
         shutil.copyfile(patch.description, patches_dir / f"{patch.stem}.md")
+        if patch.usage.exists():  # the patch's section of NNCF's weight-compression Usage.md
+            shutil.copyfile(patch.usage, patches_dir / f"{patch.stem}-Usage.md")
         summary["patches"].append({"patch": patch.stem, "title": patch.title, **stats})  # type: ignore[attr-defined]
     (patches_dir / "series.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary

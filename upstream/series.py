@@ -48,6 +48,11 @@ class Patch:
     def description(self) -> Path:
         return SERIES_DIR / f"{self.number}.md"
 
+    @property
+    def usage(self) -> Path:
+        """Its section of NNCF's weight-compression Usage.md (``docs/usage/post_training_compression/``)."""
+        return SERIES_DIR / f"{self.number}-usage.md"
+
 
 SERIES: tuple[Patch, ...] = (
     Patch(
