@@ -79,6 +79,14 @@ CASES = (
     Case("hqq_batched_matmul", True, BATCHED_ARGUMENTS, batched=True),
     Case("hqq_batched_matmul_awq_data", True, {**BATCHED_ARGUMENTS, "awq": True}, True, batched=True),
     Case(
+        "hqq_batched_matmul_se",
+        True,
+        {**BATCHED_ARGUMENTS, "scale_estimation": True},
+        True,
+        batched=True,
+        builds=("series",),
+    ),
+    Case(
         "hqq_batched_matmul_awq_se",
         True,
         {**BATCHED_ARGUMENTS, "awq": True, "scale_estimation": True},
