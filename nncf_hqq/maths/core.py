@@ -17,6 +17,7 @@ from nncf_hqq.maths.data_free_steps import rtn_scale_zero_point_for_range
 from nncf_hqq.maths.data_free_steps import signed_magnitude
 from nncf_hqq.maths.data_free_steps import split_into_groups
 from nncf_hqq.maths.data_free_steps import stored_group_error
+from nncf_hqq.maths.data_free_steps import stored_parameters
 from nncf_hqq.maths.data_free_steps import to_compressed_weight
 from nncf_hqq.maths.data_free_steps import unit_gain
 from nncf_hqq.maths.data_free_steps import unit_gain_factor_for_codes
@@ -28,7 +29,7 @@ from nncf_hqq.maths.scale_on_data import refine_scale_on_activations
 from nncf_hqq.maths.zero_point_solver import F16_MAX
 from nncf_hqq.maths.zero_point_solver import F16_TINY
 from nncf_hqq.maths.zero_point_solver import MAX_ABS_ZERO
-from nncf_hqq.maths.zero_point_solver import MAX_INVERSE_SCALE
+from nncf_hqq.maths.zero_point_solver import MIN_GROUP_RANGE
 from nncf_hqq.maths.zero_point_solver import cap_inverse_scale_to_extremes
 from nncf_hqq.maths.zero_point_solver import dequantize
 from nncf_hqq.maths.zero_point_solver import keep_best
@@ -49,7 +50,7 @@ __all__ = [
     "F16_MAX",
     "F16_TINY",
     "MAX_ABS_ZERO",
-    "MAX_INVERSE_SCALE",
+    "MIN_GROUP_RANGE",
     "UNIT_GAIN_LIMITS",
     "activation_error",
     "cap_inverse_scale_to_extremes",
@@ -76,6 +77,7 @@ __all__ = [
     "solve_zero_point",
     "split_into_groups",
     "stored_group_error",
+    "stored_parameters",
     "stored_scale_zero_point",
     "to_compressed_weight",
     "unit_gain",

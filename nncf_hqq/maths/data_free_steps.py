@@ -51,11 +51,21 @@ def rtn_scale_zero_point(weight: Tensor, axis: int, num_bits: int) -> tuple[Tens
     return rtn_scale_zero_point_for_range(w_min, fns.max(weight, axis=axis, keepdims=True), num_bits)
 
 
+def stored_parameters(
+    scale: Tensor, zero_point: Tensor, num_bits: int, integer_zero_point: bool
+) -> tuple[Tensor, Tensor]:
+    """``stored_scale_zero_point``, or for an integer zero point the stored scale and the nearest code."""
+    stored_scale, stored_zero_point = stored_scale_zero_point(scale, zero_point)
+    if integer_zero_point:
+        return stored_scale, fns.clip(fns.round(zero_point), 0.0, levels_max(num_bits))
+    return stored_scale, stored_zero_point
+
+
 def to_compressed_weight(
     grouped_weight: Tensor, scale: Tensor, zero_point: Tensor, num_bits: int, integer_zero_point: bool
 ) -> CompressedWeight:
     """uint8 codes encoded against the scale and zero point as written; an integer zero point as int32."""
-    scale, zero_point = stored_scale_zero_point(scale, zero_point, num_bits, integer_zero_point)
+    scale, zero_point = stored_parameters(scale, zero_point, num_bits, integer_zero_point)
     codes = grouped_weight.astype(TensorDataType.float32) / scale
     codes += zero_point
     codes = fns.clip(fns.round(codes), 0.0, levels_max(num_bits)).astype(TensorDataType.uint8)

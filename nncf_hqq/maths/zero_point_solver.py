@@ -13,10 +13,9 @@ from nncf.tensor import Tensor
 from nncf.tensor import TensorDataType
 from nncf.tensor import functions as fns
 
-# Upper bound of the inverse scale s: a constant group (max == min) would divide by zero. A 4-bit group spanning less
-# than 15 / MAX_INVERSE_SCALE = 7.5e-4 is quantized on that span instead; its scale 1 / s >= 5e-5 stays representable
-# in float16 (whose smallest positive value is F16_TINY).
-MAX_INVERSE_SCALE = 2.0e4
+# Smallest span (max - min) a group is quantized on, at every bit width: a constant group would divide by zero. Its
+# scale span / (2^b - 1) (5e-5 at 4 bits, 2.9e-6 at 8) stays above float16's smallest positive value F16_TINY.
+MIN_GROUP_RANGE = 7.5e-4
 # Largest |zero point| of the initialisation: float16 holds every integer up to 2^11 exactly (a code's precision).
 MAX_ABS_ZERO = 2048.0
 # Largest finite and smallest positive float16 values: the range of a stored scale and zero point.
@@ -31,7 +30,7 @@ def levels_max(num_bits: int) -> float:
 
 def min_max_init_for_range(w_min: Tensor, w_max: Tensor, num_bits: int) -> tuple[Tensor, Tensor]:
     """
-    HQQ's initialisation s = (2^b - 1) / (max - min), z = -min * s; s is capped by MAX_INVERSE_SCALE and the range
+    HQQ's initialisation s = (2^b - 1) / (max - min), z = -min * s; the range is at least MIN_GROUP_RANGE and
     widened where |z| would exceed MAX_ABS_ZERO.
 
     :param w_min: The minimum of every group.
@@ -41,7 +40,7 @@ def min_max_init_for_range(w_min: Tensor, w_max: Tensor, num_bits: int) -> tuple
     """
     q_max = levels_max(num_bits)
     widened = fns.maximum(w_max - w_min, fns.abs(w_min) * (q_max / MAX_ABS_ZERO))
-    inverse_scale = q_max / fns.maximum(widened, q_max / MAX_INVERSE_SCALE)
+    inverse_scale = q_max / fns.maximum(widened, MIN_GROUP_RANGE)
     return inverse_scale, -w_min * inverse_scale
 
 
@@ -192,8 +191,9 @@ def cap_inverse_scale_to_extremes(
     q_max = levels_max(num_bits)
     w_min = fns.min(weight, axis=axis, keepdims=True)
     w_max = fns.max(weight, axis=axis, keepdims=True)
-    upper = fns.where(w_max > 0.0, (q_max + 0.5 - zero) / fns.where(w_max > 0.0, w_max, 1.0), MAX_INVERSE_SCALE)
-    lower = fns.where(w_min < 0.0, (zero + 0.5) / fns.where(w_min < 0.0, -w_min, 1.0), MAX_INVERSE_SCALE)
+    no_cap = q_max / MIN_GROUP_RANGE
+    upper = fns.where(w_max > 0.0, (q_max + 0.5 - zero) / fns.where(w_max > 0.0, w_max, 1.0), no_cap)
+    lower = fns.where(w_min < 0.0, (zero + 0.5) / fns.where(w_min < 0.0, -w_min, 1.0), no_cap)
     cap = fns.minimum(upper, lower)
     return fns.where(cap > 0.0, fns.minimum(inverse_scale, cap), inverse_scale)
 
@@ -251,20 +251,12 @@ def round_to_f16(x: Tensor, low: float, high: float) -> Tensor:
     return clipped.astype(TensorDataType.float16).astype(TensorDataType.float32)
 
 
-def stored_scale_zero_point(
-    scale: Tensor, zero_point: Tensor, num_bits: int, integer_zero_point: bool
-) -> tuple[Tensor, Tensor]:
+def stored_scale_zero_point(scale: Tensor, zero_point: Tensor) -> tuple[Tensor, Tensor]:
     """
-    The scale and the zero point as a model stores them, as float32: the scale's magnitude in float16 and the zero
-    point in float16 (or the nearest code, for an integer zero point).
+    The scale's magnitude and the float zero point as a model stores them, in float16, as float32.
 
     :param scale: NNCF's scale (1 / s).
     :param zero_point: The zero point.
-    :param num_bits: The number of bits of a code.
-    :param integer_zero_point: Whether the zero point is stored as a code.
     :return: The stored scale and zero point.
     """
-    scale = round_to_f16(fns.abs(scale), F16_TINY, F16_MAX)
-    if integer_zero_point:
-        return scale, fns.clip(fns.round(zero_point), 0.0, levels_max(num_bits))
-    return scale, round_to_f16(zero_point, -F16_MAX, F16_MAX)
+    return round_to_f16(fns.abs(scale), F16_TINY, F16_MAX), round_to_f16(zero_point, -F16_MAX, F16_MAX)

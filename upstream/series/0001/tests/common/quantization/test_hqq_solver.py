@@ -16,9 +16,11 @@ def random_weight(seed: int, shape: tuple[int, int] = (32, 128)) -> np.ndarray:
     return (np.random.default_rng(seed).standard_t(4, shape) * 0.02).astype(np.float32)
 
 
-def squared_error(weight: np.ndarray, params) -> float:
-    compressed = do_integer_quantization(Tensor(weight), INT4_G32, 1, params.scale, params.zero_point)
-    return float(((do_integer_dequantization(compressed, 1).data - weight) ** 2).mean())
+def squared_error(weight: np.ndarray, params, config: WeightCompressionConfig = INT4_G32) -> float:
+    precomputed = () if params is None else (params.scale, params.zero_point)
+    compressed = do_integer_quantization(Tensor(weight), config, 1, *precomputed)
+    axis = -1 if config.group_size == -1 else 1
+    return float(((do_integer_dequantization(compressed, axis).data - weight) ** 2).mean())
 
 
 def test_least_squares_recovers_affine_codes():
@@ -51,9 +53,14 @@ def test_refinement_clips_no_extreme(seed):
 def test_error_is_below_round_to_nearest(seed):
     weight = random_weight(seed)
     hqq = HQQ(CompressWeightsMode.INT4_ASYM).calculate_quantization_params(Tensor(weight), 1, INT4_G32)
-    rtn = do_integer_quantization(Tensor(weight), INT4_G32, 1)
-    rtn_error = float(((do_integer_dequantization(rtn, 1).data - weight) ** 2).mean())
-    assert squared_error(weight, hqq) < 0.9 * rtn_error
+    assert squared_error(weight, hqq) < 0.9 * squared_error(weight, None)
+
+
+def test_int8_rows_of_small_range_are_not_widened():
+    weight = (np.random.default_rng(0).standard_normal((16, 256)) * 1e-3).astype(np.float32)
+    config = WeightCompressionConfig(CompressWeightsMode.INT8_ASYM)
+    hqq = HQQ(CompressWeightsMode.INT8_ASYM).calculate_quantization_params(Tensor(weight), 1, config)
+    assert squared_error(weight, hqq, config) <= squared_error(weight, None, config)
 
 
 @pytest.mark.parametrize(("num_iterations", "refinement_steps"), [(20, 0), (0, 5), (20, 5)])

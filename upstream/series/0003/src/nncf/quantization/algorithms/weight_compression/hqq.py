@@ -159,7 +159,7 @@ class HQQ:
             inverse_scale, zero = refine_least_squares(
                 weight, inverse_scale, zero, axis, config.num_bits, self._refinement_steps, preserve_extremes=True
             )
-        scale, zero_point = stored_scale_zero_point(1.0 / inverse_scale, zero, config.num_bits, False)
+        scale, zero_point = stored_scale_zero_point(1.0 / inverse_scale, zero)
         return CompressedWeight(None, scale, zero_point.astype(TensorDataType.float16))
 
     def compress(
