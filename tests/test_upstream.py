@@ -82,6 +82,17 @@ def test_series_has_every_patch_with_its_description(builds: dict[str, Path]) ->
     assert "hqq=True" in usage and "AdvancedHQQParameters" in usage
 
 
+def test_core_patch_brings_its_words_for_nncf_spell_check(builds: dict[str, Path]) -> None:
+    patches = builds["core"] / "patches"
+    words = (patches / "0001-cspell-words.txt").read_text().split()
+    assert words == sorted(words) and words == [word.lower() for word in words]
+    added = "\n".join(
+        line for line in (patches / f"{series.SERIES[0].stem}.patch").read_text().splitlines() if line[:1] == "+"
+    )
+    assert all(word in added.lower() for word in words)
+    assert {"badri", "shaji", "hqq"} <= set(words)
+
+
 def test_core_patch_is_reviewable_in_one_sitting(builds: dict[str, Path]) -> None:
     core = summary(builds["series"])["patches"][0]
     assert core["added_lines"] <= MAX_CORE_LINES

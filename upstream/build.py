@@ -5,7 +5,8 @@ Takes the installed nncf package (the wheel holds all of its source), lays it ou
 - ``DEST/patches/NNNN-<name>.patch``: each pull request as a unified diff against the tree the previous ones left
   (paths ``a/src/nncf/...``, ``a/tests/...``; ``patch -p1`` or ``git apply`` in a tree whose ``src/nncf`` is nncf
   3.4.0), ``DEST/patches/NNNN-<name>.md``, its description, and ``DEST/patches/NNNN-<name>-Usage.md``, its section
-  of NNCF's ``docs/usage/post_training_compression/weights_compression/Usage.md`` (which the wheel lacks), if any;
+  of NNCF's ``docs/usage/post_training_compression/weights_compression/Usage.md`` (which the wheel lacks), if any,
+  and ``DEST/patches/NNNN-cspell-words.txt``, the words it adds to NNCF's ``.ci/cspell_dict.txt`` (also not in it);
 - ``DEST/src/nncf`` and ``DEST/tests``: the whole series applied;
 - ``DEST/patches/series.json``: per patch the files it adds and changes and its added and removed lines;
 - ``DEST/ruff.toml``: NNCF's ruff rules (``upstream/nncf_ruff.toml``), so that ``ruff check``/``ruff format --check``
@@ -241,6 +242,8 @@ def build(dest: Path, upto: str | None = None) -> dict[str, object]:
         shutil.copyfile(patch.description, patches_dir / f"{patch.stem}.md")
         if patch.usage.exists():  # the patch's section of NNCF's weight-compression Usage.md
             shutil.copyfile(patch.usage, patches_dir / f"{patch.stem}-Usage.md")
+        if patch.cspell_words.exists():  # for .ci/cspell_dict.txt, which the wheel lacks: the PR adds them there
+            shutil.copyfile(patch.cspell_words, patches_dir / f"{patch.number}-cspell-words.txt")
         summary["patches"].append({"patch": patch.stem, "title": patch.title, **stats})  # type: ignore[attr-defined]
     (patches_dir / "series.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary

@@ -53,6 +53,11 @@ class Patch:
         """Its section of NNCF's weight-compression Usage.md (``docs/usage/post_training_compression/``)."""
         return SERIES_DIR / f"{self.number}-usage.md"
 
+    @property
+    def cspell_words(self) -> Path:
+        """The words its added lines bring that NNCF's cspell dictionaries lack, for NNCF's ``.ci/cspell_dict.txt``."""
+        return SERIES_DIR / f"{self.number}-cspell-words.txt"
+
 
 SERIES: tuple[Patch, ...] = (
     Patch(
