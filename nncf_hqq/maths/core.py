@@ -22,6 +22,8 @@ from nncf_hqq.maths.data_free_steps import to_compressed_weight
 from nncf_hqq.maths.data_free_steps import unit_gain
 from nncf_hqq.maths.data_free_steps import unit_gain_factor_for_codes
 from nncf_hqq.maths.data_free_steps import with_unit_gain
+from nncf_hqq.maths.integer import keep_best
+from nncf_hqq.maths.integer import mean_absolute_error
 from nncf_hqq.maths.scale_on_data import activation_error
 from nncf_hqq.maths.scale_on_data import equivalent_inputs
 from nncf_hqq.maths.scale_on_data import output_projections
@@ -32,10 +34,8 @@ from nncf_hqq.maths.zero_point_solver import MAX_ABS_ZERO
 from nncf_hqq.maths.zero_point_solver import MIN_GROUP_RANGE
 from nncf_hqq.maths.zero_point_solver import cap_inverse_scale_to_extremes
 from nncf_hqq.maths.zero_point_solver import dequantize
-from nncf_hqq.maths.zero_point_solver import keep_best
 from nncf_hqq.maths.zero_point_solver import least_squares_scale_zero
 from nncf_hqq.maths.zero_point_solver import levels_max
-from nncf_hqq.maths.zero_point_solver import mean_absolute_error
 from nncf_hqq.maths.zero_point_solver import min_max_init_for_range
 from nncf_hqq.maths.zero_point_solver import optimize_zero_point
 from nncf_hqq.maths.zero_point_solver import quantize

@@ -45,12 +45,27 @@ def min_max_init_for_range(w_min: Tensor, w_max: Tensor, num_bits: int) -> tuple
 
 
 def quantize(weight: Tensor, inverse_scale: Tensor, zero: Tensor, num_bits: int) -> Tensor:
-    """The nearest codes clip(round(W * s + z), 0, 2^b - 1) of the weight W, as floats (b: num_bits)."""
+    """
+    The nearest codes clip(round(W * s + z), 0, 2^b - 1) of the weight W, as floats.
+
+    :param weight: The weight W.
+    :param inverse_scale: The inverse scale s of every group.
+    :param zero: The zero point z of every group.
+    :param num_bits: The number of bits b of a code.
+    :return: The codes.
+    """
     return fns.clip(fns.round(weight * inverse_scale + zero), 0.0, levels_max(num_bits))
 
 
 def dequantize(codes: Tensor, inverse_scale: Tensor, zero: Tensor) -> Tensor:
-    """The reconstruction (Wq - z) / s of the codes Wq."""
+    """
+    The reconstruction (Wq - z) / s of the codes Wq.
+
+    :param codes: The codes Wq.
+    :param inverse_scale: The inverse scale s of every group.
+    :param zero: The zero point z of every group.
+    :return: The reconstructed weight.
+    """
     return (codes - zero) / inverse_scale
 
 
@@ -89,21 +104,6 @@ def zero_point_update(
     return weighted_mean(codes - weight * inverse_scale, importance, axis)
 
 
-def mean_absolute_error(
-    weight: Tensor, reconstruction: Tensor, axis: int | None, importance: Tensor | None = None
-) -> Tensor:
-    """The weighted_mean of |weight - reconstruction| over the axis (the whole tensor for None)."""
-    return weighted_mean(fns.abs(weight - reconstruction), importance, axis)
-
-
-def keep_best(
-    error: Tensor, best_error: Tensor, value: Tensor, best_value: Tensor, active: Tensor
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Takes error and value where an active entry improved; returns (improved, best_error, best_value)."""
-    improved = (error < best_error) & active
-    return improved, fns.where(improved, error, best_error), fns.where(improved, value, best_value)
-
-
 def optimize_zero_point(
     weight: Tensor, inverse_scale: Tensor, zero: Tensor, axis: int, num_bits: int, iterations: int
 ) -> Tensor:
@@ -120,13 +120,14 @@ def optimize_zero_point(
     :param iterations: The maximal number of iterations.
     :return: The zero point of the best iterate.
     """
-    best_error = mean_absolute_error(weight, weight, None) + float("inf")
+    best_error = fns.mean(fns.abs(weight - weight)) + float("inf")
     best_zero = zero
     active = fns.zeros_like(best_error) == 0.0
     for _ in range(iterations):
         codes = quantize(weight, inverse_scale, zero, num_bits)
-        error = mean_absolute_error(weight, dequantize(codes, inverse_scale, zero), None)
-        improved, best_error, best_zero = keep_best(error, best_error, zero, best_zero, active)
+        error = fns.mean(fns.abs(weight - dequantize(codes, inverse_scale, zero)))
+        improved = (error < best_error) & active
+        best_error, best_zero = fns.where(improved, error, best_error), fns.where(improved, zero, best_zero)
         zero = fns.where(active, zero_point_update(weight, codes, inverse_scale, axis), zero)
         active = improved
         if not fns.any(active):
