@@ -94,17 +94,24 @@ class HQQAlgoBackend(WeightCompressionAlgoBackend):
     @property
     @abstractmethod
     def scaled_dot_product_attention_metatypes(self) -> list[OperatorMetatype]:
-        """Metatypes of scaled dot-product attention (inputs: query, key, value, mask)."""
+        """
+        Property for the backend-specific metatypes of scaled dot-product attention (inputs: query, key, value,
+        mask).
+        """
 
     @property
     @abstractmethod
     def softmax_metatypes(self) -> list[OperatorMetatype]:
-        """Metatypes of softmax."""
+        """
+        Property for the backend-specific metatypes of softmax.
+        """
 
     @property
     @abstractmethod
     def shapeof_metatypes(self) -> list[OperatorMetatype]:
-        """Metatypes of the operations that read a tensor's shape only."""
+        """
+        Property for the backend-specific metatypes of the operations that read a tensor's shape only.
+        """
 '''
 
 OV_HQQ_ALGO_BACKEND = """

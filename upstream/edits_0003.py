@@ -159,7 +159,8 @@ EDITS: list[Edit] = [
     # the backends: the normalization feeding a layer
     insert_after(
         BACKEND,
-        '        """Metatypes of the operations that read a tensor\'s shape only."""\n',
+        "        Property for the backend-specific metatypes of the operations that read a tensor's shape only.\n"
+        '        """\n',
         NORMALIZATION_AFFINE,
     ),
     append(OV_BACKEND, OV_NORMALIZATION_AFFINE),

@@ -11,7 +11,9 @@ from nncf_hqq.maths.data_free_steps import UNIT_GAIN_LIMITS
 from nncf_hqq.maths.data_free_steps import choose_per_group
 from nncf_hqq.maths.data_free_steps import decompress
 from nncf_hqq.maths.data_free_steps import group_inner_product
+from nncf_hqq.maths.data_free_steps import levels_max
 from nncf_hqq.maths.data_free_steps import rescaled
+from nncf_hqq.maths.data_free_steps import round_to_f16
 from nncf_hqq.maths.data_free_steps import rtn_scale_zero_point
 from nncf_hqq.maths.data_free_steps import rtn_scale_zero_point_for_range
 from nncf_hqq.maths.data_free_steps import signed_magnitude
@@ -35,12 +37,10 @@ from nncf_hqq.maths.zero_point_solver import MIN_GROUP_RANGE
 from nncf_hqq.maths.zero_point_solver import cap_inverse_scale_to_extremes
 from nncf_hqq.maths.zero_point_solver import dequantize
 from nncf_hqq.maths.zero_point_solver import least_squares_scale_zero
-from nncf_hqq.maths.zero_point_solver import levels_max
 from nncf_hqq.maths.zero_point_solver import min_max_init_for_range
 from nncf_hqq.maths.zero_point_solver import optimize_zero_point
 from nncf_hqq.maths.zero_point_solver import quantize
 from nncf_hqq.maths.zero_point_solver import refine_least_squares
-from nncf_hqq.maths.zero_point_solver import round_to_f16
 from nncf_hqq.maths.zero_point_solver import solve_zero_point
 from nncf_hqq.maths.zero_point_solver import stored_scale_zero_point
 from nncf_hqq.maths.zero_point_solver import weighted_mean

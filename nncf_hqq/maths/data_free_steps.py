@@ -10,14 +10,35 @@ from nncf.tensor import functions as fns
 
 from nncf_hqq.maths.zero_point_solver import F16_MAX
 from nncf_hqq.maths.zero_point_solver import F16_TINY
-from nncf_hqq.maths.zero_point_solver import levels_max
-from nncf_hqq.maths.zero_point_solver import round_to_f16
 from nncf_hqq.maths.zero_point_solver import stored_scale_zero_point
 from nncf_hqq.maths.zero_point_solver import weighted_mean
 
 # Bounds of the unit-gain factor of a group: a group whose reconstruction is (nearly) orthogonal to it would
 # otherwise get an unbounded factor; a factor outside [1/2, 2] means the codes no longer describe the group.
 UNIT_GAIN_LIMITS = (0.5, 2.0)
+
+
+def levels_max(num_bits: int) -> float:
+    """
+    The largest code of an unsigned grid.
+
+    :param num_bits: The number of bits of a code.
+    :return: 2^num_bits - 1.
+    """
+    return float(2**num_bits - 1)
+
+
+def round_to_f16(x: Tensor, low: float, high: float) -> Tensor:
+    """
+    The values clipped and rounded to float16, as float32.
+
+    :param x: The values.
+    :param low: The lower bound of the clip.
+    :param high: The upper bound of the clip.
+    :return: The values clipped to [low, high] and rounded to float16, as float32.
+    """
+    clipped = fns.clip(x.astype(TensorDataType.float32), low, high)
+    return clipped.astype(TensorDataType.float16).astype(TensorDataType.float32)
 
 
 def split_into_groups(weight: Tensor, reduction_axis: int, group_size: int) -> tuple[Tensor, int]:

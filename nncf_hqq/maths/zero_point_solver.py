@@ -23,11 +23,6 @@ F16_MAX = 65504.0
 F16_TINY = 2.0**-24
 
 
-def levels_max(num_bits: int) -> float:
-    """The largest code 2^num_bits - 1 of an unsigned grid of num_bits."""
-    return float(2**num_bits - 1)
-
-
 def min_max_init_for_range(w_min: Tensor, w_max: Tensor, num_bits: int) -> tuple[Tensor, Tensor]:
     """
     HQQ's initialisation s = (2^b - 1) / (max - min), z = -min * s; the range is at least MIN_GROUP_RANGE and
@@ -38,7 +33,7 @@ def min_max_init_for_range(w_min: Tensor, w_max: Tensor, num_bits: int) -> tuple
     :param num_bits: The number of bits of a code.
     :return: The inverse scale and the zero point of every group.
     """
-    q_max = levels_max(num_bits)
+    q_max = 2.0**num_bits - 1
     widened = fns.maximum(w_max - w_min, fns.abs(w_min) * (q_max / MAX_ABS_ZERO))
     inverse_scale = q_max / fns.maximum(widened, MIN_GROUP_RANGE)
     return inverse_scale, -w_min * inverse_scale
@@ -54,7 +49,7 @@ def quantize(weight: Tensor, inverse_scale: Tensor, zero: Tensor, num_bits: int)
     :param num_bits: The number of bits b of a code.
     :return: The codes.
     """
-    return fns.clip(fns.round(weight * inverse_scale + zero), 0.0, levels_max(num_bits))
+    return fns.clip(fns.round(weight * inverse_scale + zero), 0.0, 2.0**num_bits - 1)
 
 
 def dequantize(codes: Tensor, inverse_scale: Tensor, zero: Tensor) -> Tensor:
@@ -189,7 +184,7 @@ def cap_inverse_scale_to_extremes(
     :param num_bits: The number of bits of a code.
     :return: The capped inverse scale.
     """
-    q_max = levels_max(num_bits)
+    q_max = 2.0**num_bits - 1
     w_min = fns.min(weight, axis=axis, keepdims=True)
     w_max = fns.max(weight, axis=axis, keepdims=True)
     no_cap = q_max / MIN_GROUP_RANGE
@@ -246,12 +241,6 @@ def refine_least_squares(
     return best
 
 
-def round_to_f16(x: Tensor, low: float, high: float) -> Tensor:
-    """The values x clipped to [low, high] and rounded to float16, as float32."""
-    clipped = fns.clip(x.astype(TensorDataType.float32), low, high)
-    return clipped.astype(TensorDataType.float16).astype(TensorDataType.float32)
-
-
 def stored_scale_zero_point(scale: Tensor, zero_point: Tensor) -> tuple[Tensor, Tensor]:
     """
     The scale's magnitude and the float zero point as a model stores them, in float16, as float32.
@@ -260,4 +249,6 @@ def stored_scale_zero_point(scale: Tensor, zero_point: Tensor) -> tuple[Tensor, 
     :param zero_point: The zero point.
     :return: The stored scale and zero point.
     """
-    return round_to_f16(fns.abs(scale), F16_TINY, F16_MAX), round_to_f16(zero_point, -F16_MAX, F16_MAX)
+    f16, f32 = TensorDataType.float16, TensorDataType.float32
+    scale = fns.clip(fns.abs(scale).astype(f32), F16_TINY, F16_MAX).astype(f16).astype(f32)
+    return scale, fns.clip(zero_point.astype(f32), -F16_MAX, F16_MAX).astype(f16).astype(f32)
