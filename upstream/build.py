@@ -4,7 +4,9 @@ Takes the installed nncf package (the wheel holds all of its source), lays it ou
 (``DEST/src/nncf``) and applies the patches of ``series.SERIES`` in order. It writes
 - ``DEST/patches/NNNN-<name>.patch``: each pull request as a unified diff against the tree the previous ones left
   (paths ``a/src/nncf/...``, ``a/tests/...``; ``patch -p1`` or ``git apply`` in a tree whose ``src/nncf`` is nncf
-  3.4.0), and ``DEST/patches/NNNN-<name>.md``, its description;
+  3.4.0), ``DEST/patches/NNNN-<name>.md``, its description, and ``DEST/patches/NNNN-<name>-Usage.md``, its section
+  of NNCF's ``docs/usage/post_training_compression/weights_compression/Usage.md`` (which the wheel lacks), if any,
+  and ``DEST/patches/NNNN-cspell-words.txt``, the words it adds to NNCF's ``.ci/cspell_dict.txt`` (also not in it);
 - ``DEST/src/nncf`` and ``DEST/tests``: the whole series applied;
 - ``DEST/patches/series.json``: per patch the files it adds and changes and its added and removed lines;
 - ``DEST/ruff.toml``: NNCF's ruff rules (``upstream/nncf_ruff.toml``), so that ``ruff check``/``ruff format --check``
@@ -143,16 +145,21 @@ def check_ruff_version() -> None:
         raise BuildError(msg)
 
 
-def apply_patch(root: Path, patch: series.Patch) -> None:
+def apply_patch(root: Path, patch: series.Patch, added_earlier: set[str]) -> None:
     """Adds the patch's placed modules (imports sorted and formatted as NNCF's ruff rules want) and files to the
-    tree at ``root``, then applies its edits."""
+    tree at ``root``, then applies its edits. A file of the patch that an earlier patch added is its new version (the
+    diff shows what changed); NNCF's own files change by anchored edits only."""
     for ours, theirs in patch.placed.items():
         write_new(root, theirs, placed_text(ours))
     if patch.placed:
         ruff(root, ["check", "--fix", "--select", "I", "--quiet", *patch.placed.values()])
         ruff(root, ["format", "--quiet", *patch.placed.values()])
     for path in sorted(patch.files.rglob("*.py")):
-        write_new(root, path.relative_to(patch.files).as_posix(), path.read_text())
+        relative = path.relative_to(patch.files).as_posix()
+        if relative in added_earlier:
+            (root / relative).write_text(LICENCE_HEADER + path.read_text())
+        else:
+            write_new(root, relative, path.read_text())
     edit.apply_edits(root, list(patch.edits))
 
 
@@ -217,9 +224,10 @@ def build(dest: Path, upto: str | None = None) -> dict[str, object]:
     patches_dir = dest / "patches"
     patches_dir.mkdir()
     summary: dict[str, object] = {"nncf": version, "patches": []}
+    added_earlier: set[str] = set()
     for patch in series.SERIES[: numbers.index(upto) + 1 if upto else None]:
         before = tree_files(dest)
-        apply_patch(dest, patch)
+        apply_patch(dest, patch, added_earlier)
         after = tree_files(dest)
         diff = unified_diff(before, after)
         added = "\n".join(line for line in diff.splitlines() if line.startswith("+"))
@@ -228,9 +236,14 @@ def build(dest: Path, upto: str | None = None) -> dict[str, object]:
             msg = f"{patch.stem} contains {found}: nothing of nncf-hqq may be in a patch"
             raise BuildError(msg)
         stats = diff_stats(before, after, diff)
+        added_earlier.update(stats["added_files"])  # type: ignore[arg-type]
         compile_all(dest, [*stats["added_files"], *stats["changed_files"]])  # type: ignore[misc]
         (patches_dir / f"{patch.stem}.patch").write_text(diff)
         shutil.copyfile(patch.description, patches_dir / f"{patch.stem}.md")
+        if patch.usage.exists():  # the patch's section of NNCF's weight-compression Usage.md
+            shutil.copyfile(patch.usage, patches_dir / f"{patch.stem}-Usage.md")
+        if patch.cspell_words.exists():  # for .ci/cspell_dict.txt, which the wheel lacks: the PR adds them there
+            shutil.copyfile(patch.cspell_words, patches_dir / f"{patch.number}-cspell-words.txt")
         summary["patches"].append({"patch": patch.stem, "title": patch.title, **stats})  # type: ignore[attr-defined]
     (patches_dir / "series.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary

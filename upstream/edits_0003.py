@@ -1,199 +1,178 @@
-"""The edits of the third pull request (0003): HQQ with integer parameters only, for the fastest kernels and the
-symmetric modes: ``integer_zero_point`` (the scale optimised under an integer zero point) and INT4_SYM, INT8_SYM,
-INT3_SYM, INT2_SYM (HQQ's scale-only solver)."""
+"""The edits of the third pull request (0003): HQQ's data-free steps beyond its solver. The error of every input
+channel weighted by the energy its normalization gives it (gamma^2 + beta^2), the per-group fallback to
+round-to-nearest where it reconstructs the group better, and unit gain (every group's scale set so that its
+reconstruction has unit gain along the weight; the codes are then final and are written as they are)."""
 
 from __future__ import annotations
 
 from edit import Edit
+from edit import append
 from edit import insert_after
+from edit import insert_before
 from edits_0001 import ADVANCED_PARAMETERS
-from edits_0002 import HQQ_PY
+from edits_0001 import ALGORITHM
+from edits_0001 import BACKEND
+from edits_0001 import OV_BACKEND
+from edits_0001 import WEIGHT_LOWERING
+from edits_0002 import PT_BACKEND
 
-INTEGER_ZERO_POINT_DOC = """\
-    :param integer_zero_point: Whether asymmetric zero points are integer codes, as round-to-nearest writes them
-        (the scale is then optimised under them), instead of float16 values. Defaults to False.
-    :type integer_zero_point: bool
-"""
-
-COMPRESS_0002 = """\
-        grouped, axis = split_into_groups(weight, reduction_axis, config.group_size)
-        num_bits = config.num_bits
-        rtn = to_compressed_weight(grouped, *rtn_scale_zero_point(grouped, axis, num_bits), num_bits, True)
-        if keep_rtn:
-            return rtn
-        weights = None
-        if importance is not None:
-            shape = [1] * weight.ndim
-            shape[reduction_axis] = importance.size
-            weights, _ = split_into_groups(importance.reshape(tuple(shape)), reduction_axis, config.group_size)
-        inverse_scale, zero = solve_zero_point(grouped, axis, num_bits, self._num_iterations)
-        if self._refinement_steps:
-            steps = self._refinement_steps
-            inverse_scale, zero = refine_least_squares(
-                grouped, inverse_scale, zero, axis, num_bits, steps, weights, True
-            )
-        result = to_compressed_weight(grouped, 1.0 / inverse_scale, zero, num_bits, False)
-        errors = (stored_group_error(grouped, compressed, axis, weights) for compressed in (result, rtn))
-        result = choose_per_group(next(errors) <= next(errors), result, rtn)
-        return with_unit_gain(grouped, result, axis) if self._unit_gain else result
-"""
-
-COMPRESS_0003 = '''\
-        grouped, axis = split_into_groups(weight, reduction_axis, config.group_size)
-        weights = None
-        if importance is not None:
-            shape = [1] * weight.ndim
-            shape[reduction_axis] = importance.size
-            weights, _ = split_into_groups(importance.reshape(tuple(shape)), reduction_axis, config.group_size)
-        if config.is_asym_mode:
-            result = self._compress_asymmetric(grouped, axis, config.num_bits, weights, keep_rtn)
-        else:
-            result = self._compress_symmetric(grouped, axis, config.num_bits, weights, keep_rtn)
-        if not self._unit_gain or keep_rtn or config.num_bits < UNIT_GAIN_MIN_BITS:
-            return result
-        return with_unit_gain(grouped, result, axis)
-
-    def _compress_asymmetric(
-        self, grouped: Tensor, axis: int, num_bits: int, weights: Tensor | None, keep_rtn: bool
-    ) -> CompressedWeight:
-        rtn = to_compressed_weight(grouped, *rtn_scale_zero_point(grouped, axis, num_bits), num_bits, True)
-        if keep_rtn:
-            return rtn
-        inverse_scale, zero = solve_zero_point(grouped, axis, num_bits, self._num_iterations)
-        steps = self._refinement_steps
-        refine = refine_with_integer_zero if self._integer_zero_point else refine_least_squares
-        if self._integer_zero_point or steps:
-            inverse_scale, zero = refine(grouped, inverse_scale, zero, axis, num_bits, steps, weights, True)
-        result = to_compressed_weight(grouped, 1.0 / inverse_scale, zero, num_bits, self._integer_zero_point)
-        errors = (stored_group_error(grouped, compressed, axis, weights) for compressed in (result, rtn))
-        return choose_per_group(next(errors) <= next(errors), result, rtn)
-
-    def _compress_symmetric(
-        self, grouped: Tensor, axis: int, num_bits: int, weights: Tensor | None, keep_rtn: bool
-    ) -> CompressedWeight:
+NORMALIZATION_AFFINE = '''
+    @abstractmethod
+    def get_normalization_affine(
+        self, model: TModel, graph: NNCFGraph, node_with_weight: NNCFNode, channels: int
+    ) -> tuple[Tensor, Tensor | None] | None:
         """
-        HQQ's scale-only solver from NNCF's symmetric scale (floored to clip no extreme weight), its least-squares
-        refinement, and round-to-nearest where it reconstructs the group better.
+        Returns gamma and beta (None without shift) of the normalization x_hat * gamma + beta that produces the
+        activation of the node with weights, one value per input channel, or None when there is none.
+
+        :param model: Model.
+        :param graph: Model graph.
+        :param node_with_weight: The node with the weight.
+        :param channels: The number of input channels of the node.
         """
-        rtn_scale = symmetric_init(grouped, axis, num_bits)
-        rtn = to_symmetric_compressed_weight(grouped, rtn_scale, num_bits)
-        if keep_rtn:
-            return rtn
-        scale = optimize_scale(grouped, rtn_scale, axis, num_bits, self._num_iterations, weights, True)
-        if self._refinement_steps:
-            scale = refine_symmetric_scale(grouped, scale, axis, num_bits, self._refinement_steps, weights, True)
-        result = to_symmetric_compressed_weight(grouped, scale, num_bits)
-        errors = (stored_group_error(grouped, compressed, axis, weights) for compressed in (result, rtn))
-        better = next(errors) <= next(errors)
-        tensor, scale = (fns.where(better, a, b) for a, b in ((result.tensor, rtn.tensor), (result.scale, rtn.scale)))
-        return CompressedWeight(tensor, scale, None)
 '''
 
-GUARD_0002 = """\
-        rtn = to_compressed_weight(grouped, *rtn_scale_zero_point(grouped, axis, num_bits), num_bits, True)
-        candidates = [candidate, rtn]
-        if reference is not None and reference.scale is not None:
-            scale, zero_point = (_as_float32_numpy(t) for t in (reference.scale, reference.zero_point))
-            candidates.insert(1, to_compressed_weight(grouped, scale, zero_point, num_bits, True))
-"""
+OV_NORMALIZATION_AFFINE = '''
+    def get_normalization_affine(
+        self, model: ov.Model, graph: NNCFGraph, node_with_weight: NNCFNode, channels: int
+    ) -> tuple[Tensor, Tensor | None] | None:
+        # The model as it is now (after AWQ, whose scales then count as the normalization's gain)
+        matmul = self.name_to_node_mapping[node_with_weight.node_name]
+        producer = self._skip_converts(matmul.input_value(self.get_activation_port_id(node_with_weight, graph)))
+        beta = None
+        if producer.get_type_name() == "Add":
+            shift = self._channel_constant(producer, channels)
+            if shift is None:
+                return None
+            beta, producer = shift
+        if producer.get_type_name() != "Multiply":
+            return None
+        gain = self._channel_constant(producer, channels)
+        return None if gain is None else (gain[0], beta)
 
-GUARD_0003 = """\
-        if candidate.zero_point is None:
-            rtn = to_symmetric_compressed_weight(grouped, symmetric_init(grouped, axis, num_bits), num_bits)
-        else:
-            rtn = to_compressed_weight(grouped, *rtn_scale_zero_point(grouped, axis, num_bits), num_bits, True)
-        candidates = [candidate, rtn]
-        if reference is not None and reference.scale is not None:
-            scale = _as_float32_numpy(reference.scale)
-            if candidate.zero_point is None:
-                candidates.insert(1, to_symmetric_compressed_weight(grouped, scale, num_bits))
-            else:
-                zero_point = _as_float32_numpy(reference.zero_point)
-                candidates.insert(1, to_compressed_weight(grouped, scale, zero_point, num_bits, True))
-"""
+    @staticmethod
+    def _skip_converts(value: ov.Output) -> ov.Node:
+        while value.get_node().get_type_name() == "Convert":
+            value = value.get_node().input_value(0)
+        return value.get_node()
+
+    def _channel_constant(self, node: ov.Node, channels: int) -> tuple[Tensor, ov.Node] | None:
+        """A binary operation's constant input of the given size, and the producer of its other input."""
+        sources = [self._skip_converts(value) for value in node.input_values()]
+        for index, source in enumerate(sources):
+            if source.get_type_name() == "Constant" and len(sources) == 2:
+                value = get_const_value_as_numpy_tensor(source).reshape(-1)
+                if value.size == channels:
+                    return Tensor(value), sources[1 - index]
+        return None
+'''
+
+PT_NORMALIZATION_AFFINE = '''
+    # layer_norm(input, normalized_shape, weight, bias, eps): its weight (gamma) and bias (beta) are inputs 2 and 3.
+    LAYER_NORM_PORTS = (2, 3)
+
+    def get_normalization_affine(
+        self, model: GraphModelWrapper, graph: NNCFGraph, node_with_weight: NNCFNode, channels: int
+    ) -> tuple[Tensor, Tensor | None] | None:
+        module = model.model if isinstance(model, GraphModelWrapper) else model
+        activation_port_id = self.get_activation_port_id(node_with_weight, graph)
+        activation = graph.get_input_edge_by_port_id(node_with_weight, activation_port_id).from_node
+        producer = self._skip_noops(graph, activation)
+        if producer.metatype == PTLayerNormMetatype:
+            ports = {edge.input_port_id: edge.from_node for edge in graph.get_input_edges(producer)}
+            gamma, beta = (self._constant(module, ports.get(port)) for port in self.LAYER_NORM_PORTS)
+            return None if gamma is None or gamma.size != channels else (gamma, beta)
+        beta = None
+        if producer.metatype == PTAddMetatype:
+            shift = self._channel_constant(module, graph, producer, channels)
+            if shift is None:
+                return None
+            beta, producer = shift[0], self._skip_noops(graph, shift[1])
+        if producer.metatype != PTMulMetatype:
+            return None
+        gain = self._channel_constant(module, graph, producer, channels)
+        return None if gain is None else (gain[0], beta)
+
+    def _skip_noops(self, graph: NNCFGraph, node: NNCFNode) -> NNCFNode:
+        while node.metatype in self.noop_metatypes and graph.get_input_edges(node):
+            node = min(graph.get_input_edges(node), key=lambda edge: edge.input_port_id).from_node
+        return node
+
+    @staticmethod
+    def _constant(model: torch.nn.Module, node: NNCFNode | None) -> Tensor | None:
+        if node is None or node.metatype not in CONST_NOOP_METATYPES:
+            return None
+        return Tensor(get_const_data(node, model).detach().reshape(-1))
+
+    def _channel_constant(
+        self, model: torch.nn.Module, graph: NNCFGraph, node: NNCFNode, channels: int
+    ) -> tuple[Tensor, NNCFNode] | None:
+        """A binary operation's parameter input of the given size, and the producer of its other input."""
+        sources = [edge.from_node for edge in graph.get_input_edges(node)]
+        if len(sources) != 2:
+            return None
+        for index, source in enumerate(sources):
+            value = self._constant(model, source)
+            if value is not None and value.size == channels:
+                return value, sources[1 - index]
+        return None
+'''
 
 EDITS: list[Edit] = [
+    # AdvancedHQQParameters.unit_gain
     insert_after(
         ADVANCED_PARAMETERS,
-        "        layer HQQ's refinement and output guard fit (drawn at random); 0 fits the per-sample means."
-        " Defaults to 0.\n"
-        "    :type calibration_token_rows: int\n",
-        INTEGER_ZERO_POINT_DOC,
+        "        Defaults to True.\n    :type rtn_value_projections: bool\n",
+        "    :param unit_gain: Whether the scale of every group is finally set so that the group is reproduced with\n"
+        "        unit gain along its weights. Defaults to True.\n"
+        "    :type unit_gain: bool\n",
     ),
-    insert_after(
-        ADVANCED_PARAMETERS, "    calibration_token_rows: int = 0\n", "    integer_zero_point: bool = False\n"
-    ),
+    insert_after(ADVANCED_PARAMETERS, "    rtn_value_projections: bool = True\n", "    unit_gain: bool = True\n"),
+    # algorithm.py: HQQ built with its parameters by name
     Edit(
-        HQQ_PY,
-        "HQQ_MODES = (CompressWeightsMode.INT4_ASYM, CompressWeightsMode.INT8_ASYM)\n",
-        "HQQ_MODES = (\n"
-        "    CompressWeightsMode.INT4_ASYM,\n"
-        "    CompressWeightsMode.INT8_ASYM,\n"
-        "    CompressWeightsMode.INT4_SYM,\n"
-        "    CompressWeightsMode.INT8_SYM,\n"
-        "    CompressWeightsMode.INT3_SYM,\n"
-        "    CompressWeightsMode.INT2_SYM,\n"
-        ")\n"
-        "# Codes of fewer bits keep the refined scale: their noise is as large as the signal unit gain would"
-        " scale up.\n"
-        "UNIT_GAIN_MIN_BITS = 3\n",
-    ),
-    insert_after(
-        HQQ_PY,
-        "from nncf.quantization.algorithms.weight_compression.hqq_guard import choose_per_row\n",
-        "from nncf.quantization.algorithms.weight_compression.hqq_integer import optimize_scale\n"
-        "from nncf.quantization.algorithms.weight_compression.hqq_integer import refine_symmetric_scale\n"
-        "from nncf.quantization.algorithms.weight_compression.hqq_integer import refine_with_integer_zero\n"
-        "from nncf.quantization.algorithms.weight_compression.hqq_integer import symmetric_init\n"
-        "from nncf.quantization.algorithms.weight_compression.hqq_integer import to_symmetric_compressed_weight\n",
-    ),
-    Edit(
-        HQQ_PY,
-        "        :param mode: The primary compression mode, INT4_ASYM or INT8_ASYM (the backup mode keeps rounding).\n",
-        "        :param mode: The primary compression mode, one of HQQ_MODES (the backup mode keeps rounding).\n",
-    ),
-    Edit(
-        HQQ_PY,
-        "        scale_estimation_params: AdvancedScaleEstimationParameters | None = None,\n    ):\n",
-        "        scale_estimation_params: AdvancedScaleEstimationParameters | None = None,\n"
-        "        integer_zero_point: bool = False,\n"
-        "    ):\n",
-    ),
-    insert_after(
-        HQQ_PY,
-        "        :param scale_estimation_params: The parameters of that Scale Estimation.\n",
-        "        :param integer_zero_point: Whether asymmetric zero points are integer codes.\n",
-    ),
-    insert_after(
-        HQQ_PY,
-        "        self._output_guard = output_guard\n",
-        "        self._integer_zero_point = integer_zero_point\n",
-    ),
-    Edit(HQQ_PY, COMPRESS_0002, COMPRESS_0003),
-    Edit(
-        HQQ_PY,
-        "        integer_zero_point = compressed.zero_point.dtype == TensorDataType.int32\n",
-        "        if compressed.zero_point is None:  # a symmetric grid has its own refinement\n"
-        "            return compressed\n"
-        "        integer_zero_point = compressed.zero_point.dtype == TensorDataType.int32\n",
-    ),
-    Edit(HQQ_PY, GUARD_0002, GUARD_0003),
-    Edit(
-        HQQ_PY,
-        "        if zero_point.dtype.is_float():  # the writers store a float16 zero point as it is\n",
-        "        if zero_point is not None and zero_point.dtype.is_float():"
-        "  # the writers store a float16 one as it is\n",
-    ),
-    Edit(
-        HQQ_PY,
-        "            tensors = tuple(fns.as_tensor_like(weight, t.data) for t in tensors)\n",
-        "            tensors = tuple(None if t is None else fns.as_tensor_like(weight, t.data) for t in tensors)\n",
-    ),
-    Edit(
-        "src/nncf/quantization/algorithms/weight_compression/algorithm.py",
-        "                self._advanced_parameters.scale_estimation_params,\n            )\n",
-        "                self._advanced_parameters.scale_estimation_params,\n"
-        "                hqq_params.integer_zero_point,\n"
+        ALGORITHM,
+        "            self._hqq_algo = HQQ(\n"
+        "                self._mode, hqq_params.num_iterations, hqq_params.refinement_steps,"
+        " hqq_params.rtn_value_projections\n"
+        "            )\n",
+        "            self._hqq_algo = HQQ(\n"
+        "                self._mode,\n"
+        "                num_iterations=hqq_params.num_iterations,\n"
+        "                refinement_steps=hqq_params.refinement_steps,\n"
+        "                rtn_value_projections=hqq_params.rtn_value_projections,\n"
+        "                unit_gain=hqq_params.unit_gain,\n"
         "            )\n",
     ),
+    # weight_lowering.py: final codes are written as they are
+    insert_before(
+        WEIGHT_LOWERING,
+        "    precomputed_scale, precomputed_zero_point = (\n",
+        "    # The integer codes of an earlier step (HQQ with unit gain) are final: encoding the weight again with\n"
+        "    # the rescaled scales would change them.\n"
+        "    if (\n"
+        "        config.is_integer\n"
+        "        and precomputed_compressed_weight is not None\n"
+        "        and precomputed_compressed_weight.tensor is not None\n"
+        "    ):\n"
+        "        return precomputed_compressed_weight\n",
+    ),
+    # the backends: the normalization feeding a layer
+    insert_after(
+        BACKEND,
+        "        Property for the backend-specific metatypes of the operations that read a tensor's shape only.\n"
+        '        """\n',
+        NORMALIZATION_AFFINE,
+    ),
+    append(OV_BACKEND, OV_NORMALIZATION_AFFINE),
+    insert_after(
+        PT_BACKEND,
+        "from nncf.torch.graph.operator_metatypes import MATMUL_METATYPES\n",
+        "from nncf.torch.graph.operator_metatypes import PTAddMetatype\n",
+    ),
+    insert_after(
+        PT_BACKEND,
+        "from nncf.torch.graph.operator_metatypes import PTDropoutMetatype\n",
+        "from nncf.torch.graph.operator_metatypes import PTLayerNormMetatype\n",
+    ),
+    append(PT_BACKEND, PT_NORMALIZATION_AFFINE),
 ]

@@ -33,8 +33,9 @@ _AUTO_NAME = re.compile(r'((?:name|friendly_name)="(?:[^"]*/)?[A-Za-z]+)_\d+"')
 @dataclass(frozen=True)
 class Case:
     """One compression: NNCF's arguments, whether HQQ is on, its parameters on both sides (``hqq_params``: the fields
-    ``AdvancedHQQParameters`` and ``HQQParameters`` share), the ``nncf_hqq`` preset compared with, and the builds the
-    case runs on (``core``: patch 0001 alone; ``series``: every patch)."""
+    ``AdvancedHQQParameters`` and ``HQQParameters`` share), the ``nncf_hqq`` preset compared with per build, and the
+    builds the case runs on (``core``: patch 0001 alone; ``series``: every patch). ``batched``: the model of a 3-D
+    batched MatMul weight followed by a 2-D one (``batched_matmul_model``) instead of ``transformer_like``."""
 
     name: str
     hqq: bool
@@ -44,9 +45,10 @@ class Case:
     moe: bool = True
     torch: bool = False
     hqq_params: dict[str, Any] = field(default_factory=dict)
-    preset: str = "HQQ_DEFAULT"
+    presets: dict[str, str] = field(default_factory=lambda: dict(PRESETS))
     patched_params: dict[str, Any] | None = None
     builds: tuple[str, ...] = ("core", "series")
+    batched: bool = False
 
     def hqq_parameters(self, patched: bool = False) -> dict[str, Any]:
         """HQQ's parameters other than the defaults (token rows included), as ``HQQParameters`` fields or, when
@@ -57,7 +59,14 @@ class Case:
 
 
 BUILDS = ("core", "series")
+#: The nncf_hqq preset each build writes with its default parameters: 0001 is ``HQQ_CORE``; the whole series adds the
+#: rest of ``HQQ_DEFAULT``.
+PRESETS = {"core": "HQQ_CORE", "series": "HQQ_DEFAULT"}
 SYMMETRIC_MODES = ("INT4_SYM", "INT8_SYM", "INT3_SYM", "INT2_SYM")
+#: The compression of issue 45's reproducer: every weight, groups of 32 (``batched_matmul_model``).
+BATCHED_ARGUMENTS = {"group_size": 32, "ratio": 1.0, "all_layers": True}
+#: Its shapes: E experts' weights [E, O, H] applied to T tokens, then a 2-D [1024, H] weight.
+BATCHED_SHAPE = {"experts": 4, "tokens": 8, "hidden": 64, "outputs": 64, "head": 1024}
 #: Both sides run NNCF's and nncf_hqq's numpy references: the patched trees have no compiled kernels of HQQ's, and
 #: NNCF's own compiled compression functions are then off on both sides too.
 REFERENCE_ENVIRONMENT = {"NNCF_DISABLE_OPTIMIZED_COMPRESSION": "1"}
@@ -66,14 +75,33 @@ CASES = (
     Case("hqq_int4_asym_g64_dense", True, moe=False),
     Case("hqq_int8_asym", True, {"mode": "INT8_ASYM", "group_size": None}),
     Case("hqq_awq", True, {"awq": True}, moe=False),
+    Case("hqq_awq_data", True, {"awq": True}, True, moe=False),
+    Case("hqq_batched_matmul", True, BATCHED_ARGUMENTS, batched=True),
+    Case("hqq_batched_matmul_awq_data", True, {**BATCHED_ARGUMENTS, "awq": True}, True, batched=True),
     Case(
-        "hqq_awq_se_core",
+        "hqq_batched_matmul_se",
+        True,
+        {**BATCHED_ARGUMENTS, "scale_estimation": True},
+        True,
+        batched=True,
+        builds=("series",),
+    ),
+    Case(
+        "hqq_batched_matmul_awq_se",
+        True,
+        {**BATCHED_ARGUMENTS, "awq": True, "scale_estimation": True},
+        True,
+        batched=True,
+        builds=("series",),
+    ),
+    Case(
+        "hqq_awq_se_no_guard",
         True,
         {"awq": True, "scale_estimation": True},
         True,
         moe=False,
-        preset="HQQ_CORE",
-        builds=("core",),
+        hqq_params={"output_guard": False},
+        builds=("series",),
     ),
     Case("hqq_awq_se", True, {"awq": True, "scale_estimation": True}, True, moe=False, builds=("series",)),
     Case(
@@ -110,7 +138,20 @@ CASES = (
     ),
     Case("int4_asym_g64", False),
     Case("int4_asym_awq_se", False, {"awq": True, "scale_estimation": True}, True, moe=False),
-    Case("torch_hqq_int4_asym_g32", True, {"group_size": 32, "all_layers": True}, torch=True),
+    Case("torch_hqq_int4_asym_g32", True, {"group_size": 32, "all_layers": True}, torch=True, builds=("series",)),
+)
+
+#: Requests a build refuses before anything is transformed: 0001 has no Scale Estimation with HQQ (issue 45's
+#: reproducer, a 3-D batched MatMul weight with data, which left the model half compressed before).
+REFUSALS = (
+    Case(
+        "hqq_batched_matmul_se",
+        True,
+        {**BATCHED_ARGUMENTS, "scale_estimation": True},
+        True,
+        batched=True,
+        builds=("core",),
+    ),
 )
 
 
@@ -128,6 +169,8 @@ def nncf_arguments(case: Case) -> dict[str, Any]:
         import torch
 
         arguments["dataset"] = nncf.Dataset([torch.randn(1, 8, 64, generator=torch.Generator().manual_seed(1))])
+    elif case.batched and case.data_aware:
+        arguments["dataset"] = nncf.Dataset([batched_matmul_input(seed) for seed in range(4)])
     elif case.data_aware:
         arguments["dataset"] = nncf.Dataset([input_ids(seed, 24) for seed in range(6)])
     return arguments
@@ -136,9 +179,36 @@ def nncf_arguments(case: Case) -> dict[str, Any]:
 def model_of(case: Case) -> Any:
     if case.torch:
         return torch_model()
+    if case.batched:
+        return batched_matmul_model()
     from tests.ov_models import transformer_like
 
     return transformer_like(seed=3, moe=case.moe)
+
+
+def batched_matmul_model(transpose_b: bool = True) -> Any:
+    """A batched MatMul of E experts' weights [E, O, H] (MoE experts' layout) on the input [E, T, H], then a 2-D
+    [1024, O] weight: the model of issue 45's reproducer (``transpose_b=False`` stores the weights [E, H, O] and
+    [O, 1024])."""
+    import openvino as ov
+    from openvino import opset13 as opset
+
+    e, t, h, o, head = (BATCHED_SHAPE[k] for k in ("experts", "tokens", "hidden", "outputs", "head"))
+    rng = np.random.default_rng(0)
+
+    def weight(shape: tuple[int, ...], name: str) -> Any:
+        values = (rng.standard_t(4, shape) * 0.05).astype(np.float32)
+        return opset.constant(values if transpose_b else np.swapaxes(values, -1, -2).copy(), name=name)
+
+    x = opset.parameter([e, t, h], ov.Type.f32, name="x")
+    experts = opset.matmul(x, weight((e, o, h), "w"), False, transpose_b, name="experts")
+    head_out = opset.matmul(opset.relu(experts), weight((head, o), "w2"), False, transpose_b, name="head")
+    return ov.Model([head_out], [x], "batched_matmul")
+
+
+def batched_matmul_input(seed: int) -> np.ndarray:
+    e, t, h = (BATCHED_SHAPE[k] for k in ("experts", "tokens", "hidden"))
+    return np.random.default_rng(seed).normal(size=(e, t, h)).astype(np.float32)
 
 
 def torch_model() -> Any:
@@ -160,8 +230,9 @@ def torch_model() -> Any:
     return Block().eval()
 
 
-def compress_patched(case: Case) -> Any:
-    """The case through the patched ``nncf.compress_weights`` (``hqq`` and ``advanced_parameters.hqq_params``)."""
+def compress_patched(case: Case, model: Any = None) -> Any:
+    """The case through the patched ``nncf.compress_weights`` (``hqq`` and ``advanced_parameters.hqq_params``), on
+    ``model`` when given."""
     import nncf
     from nncf.quantization.advanced_parameters import AdvancedCompressionParameters
     from nncf.quantization.advanced_parameters import AdvancedHQQParameters
@@ -172,11 +243,12 @@ def compress_patched(case: Case) -> Any:
         arguments["advanced_parameters"] = AdvancedCompressionParameters(hqq_params=hqq_params)
     if case.hqq:
         arguments["hqq"] = True
-    return nncf.compress_weights(model_of(case), **arguments)
+    return nncf.compress_weights(model_of(case) if model is None else model, **arguments)
 
 
-def compress_reference(case: Case) -> Any:
-    """The case through ``nncf_hqq`` (HQQ) or through NNCF's own ``compress_weights`` (no HQQ)."""
+def compress_reference(case: Case, build: str) -> Any:
+    """The case through ``nncf_hqq`` with the build's preset (HQQ) or through NNCF's own ``compress_weights`` (no
+    HQQ)."""
     from nncf.quantization.quantize_model import compress_weights as nncf_compress_weights
 
     import nncf_hqq
@@ -184,7 +256,7 @@ def compress_reference(case: Case) -> Any:
     arguments = nncf_arguments(case)
     if not case.hqq:  # NNCF's own function (nncf_hqq replaces nncf.compress_weights, not this one)
         return nncf_compress_weights(model_of(case), **arguments)
-    arguments["hqq_params"] = getattr(nncf_hqq, case.preset).replace(**case.hqq_parameters())
+    arguments["hqq_params"] = getattr(nncf_hqq, case.presets[build]).replace(**case.hqq_parameters())
     return nncf_hqq.compress_weights(model_of(case), hqq=True, **arguments)
 
 
@@ -221,6 +293,32 @@ def results(model: Any, case: Case) -> dict[str, np.ndarray]:
     return found
 
 
+HQQ_RT_INFO = re.compile(r"""\n\s*<hqq value="False" />|, 'hqq_params': \{[^{}]*\}""")
+
+
+def without_hqq_rt_info(text: str) -> tuple[str, list[str]]:
+    """A serialized model without what the patched NNCF adds to rt_info when hqq is off (``hqq`` and
+    ``advanced_parameters.hqq_params``, dumped as ``gptq``'s are), and what was removed."""
+    return HQQ_RT_INFO.sub("", text), [match.strip() for match in HQQ_RT_INFO.findall(text)]
+
+
+def refusal(case: Case) -> dict[str, np.ndarray]:
+    """Compresses a case that must be refused; records the error's type and whether the model is as it was
+    (every constant equal), keyed ``case/refusal/...``."""
+    import nncf
+
+    model = model_of(case)
+    before = constants(model)
+    error = ""
+    try:
+        compress_patched(case, model)
+    except nncf.ValidationError as caught:
+        error = f"{type(caught).__name__}: {caught}"
+    after = constants(model)
+    unchanged = sorted(before) == sorted(after) and all(np.array_equal(before[k], after[k]) for k in before)
+    return {f"{case.name}/refusal/error": np.array(error), f"{case.name}/refusal/unchanged": np.array(unchanged)}
+
+
 class _ForbidNNCFHQQ(importlib.abc.MetaPathFinder):
     """Makes any import of ``nncf_hqq`` fail, so that the patched NNCF is shown to work on its own."""
 
@@ -246,6 +344,9 @@ def main(argv: list[str] | None = None) -> int:
         if case.torch and importlib.util.find_spec("torch") is None:
             continue  # the test skips this case too
         saved.update(results(compress_patched(case), case))
+    for case in REFUSALS:
+        if args.build in case.builds:
+            saved.update(refusal(case))
     loaded = sorted(name for name in sys.modules if name.split(".")[0] == "nncf_hqq")
     saved["nncf_hqq_modules"] = np.array(loaded, dtype=str)
     np.savez(args.out, **saved)

@@ -38,14 +38,14 @@ from nncf_hqq.maths.conversion import contiguous
 from nncf_hqq.maths.conversion import encode
 from nncf_hqq.maths.conversion import hqq_to_nncf
 from nncf_hqq.maths.conversion import to_compressed_weight
-from nncf_hqq.maths.core import MAX_INVERSE_SCALE
+from nncf_hqq.maths.core import MIN_GROUP_RANGE
 from nncf_hqq.maths.core import choose_per_group
 from nncf_hqq.maths.core import levels_max
 from nncf_hqq.maths.core import rescaled
 from nncf_hqq.maths.core import rtn_scale_zero_point
 from nncf_hqq.maths.core import rtn_scale_zero_point_for_range
 from nncf_hqq.maths.core import stored_group_error
-from nncf_hqq.maths.core import stored_scale_zero_point
+from nncf_hqq.maths.core import stored_parameters
 from nncf_hqq.maths.core import unit_gain as solver_unit_gain
 from nncf_hqq.maths.core import with_unit_gain as with_unit_gain_reference
 from nncf_hqq.maths.solver import refine_scale_and_zero
@@ -153,11 +153,11 @@ def finish_compiled(
     # NaN/Inf weights (NaN makes the solver's parameters NaN; OpenVINO's min/max skip it): the reference's result
     if not (np.isfinite(columns).all() and np.isfinite(w_min).all() and np.isfinite(w_max).all()):
         return finish_reference(grouped, inverse_scale, zero, axis, num_bits, params, importance, unit_gain)
-    scale, zero_point = stored_scale_zero_point(Tensor(1.0 / s), Tensor(z), num_bits, integer_zero_point)
+    scale, zero_point = stored_parameters(Tensor(1.0 / s), Tensor(z), num_bits, integer_zero_point)
     code_rows, gain = None, None
     if params.rtn_guard:
         rtn_range = rtn_scale_zero_point_for_range(Tensor(w_min), Tensor(w_max), num_bits)
-        rtn_scale, rtn_zero_point = stored_scale_zero_point(*rtn_range, num_bits, True)
+        rtn_scale, rtn_zero_point = stored_parameters(*rtn_range, num_bits, True)
         stacked = np.stack([scale.data, zero_point.data, rtn_scale.data, rtn_zero_point.data], axis=1)
         guard = compiled_guard(block, rows.shape[1], num_bits, weighted)
         (hqq_error, rtn_error, energy, cross), code_rows = guard.run_with_codes(rows, stacked, row_importance)
@@ -492,7 +492,7 @@ class RefinementGraph(RowMeans):
     def cap_to_extremes(self, s: ov.Node, z: ov.Node) -> ov.Node:
         """``core.cap_inverse_scale_to_extremes``: the largest ``s`` (up to the given one) that keeps the row's
         minimum and maximum within half a step of the code range."""
-        zero, no_cap = opset.constant(np.float32(0.0)), opset.constant(np.float32(MAX_INVERSE_SCALE))
+        zero, no_cap = opset.constant(np.float32(0.0)), opset.constant(np.float32(self.q_max / MIN_GROUP_RANGE))
         one = opset.constant(np.float32(1.0))
         positive, negative = opset.greater(self.w_max, zero), opset.less(self.w_min, zero)
         top = opset.subtract(opset.constant(np.float32(self.q_max + 0.5)), z)

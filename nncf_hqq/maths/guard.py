@@ -14,7 +14,7 @@ from nncf.tensor import Tensor
 from nncf.tensor import TensorDataType
 from nncf.tensor import functions as fns
 
-from nncf_hqq.maths.core import decompress
+from nncf_hqq.maths.data_free_steps import decompress
 
 
 def row_output_errors(weight: Tensor, reconstruction: Tensor, activations: Tensor, axis: int) -> Tensor:

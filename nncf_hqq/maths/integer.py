@@ -8,17 +8,47 @@ from nncf.tensor import Tensor
 from nncf.tensor import TensorDataType
 from nncf.tensor import functions as fns
 
-from nncf_hqq.maths.core import F16_MAX
-from nncf_hqq.maths.core import F16_TINY
-from nncf_hqq.maths.core import cap_inverse_scale_to_extremes
-from nncf_hqq.maths.core import dequantize
-from nncf_hqq.maths.core import keep_best
-from nncf_hqq.maths.core import levels_max
-from nncf_hqq.maths.core import mean_absolute_error
-from nncf_hqq.maths.core import quantize
-from nncf_hqq.maths.core import round_to_f16
-from nncf_hqq.maths.core import signed_magnitude
-from nncf_hqq.maths.core import weighted_mean
+from nncf_hqq.maths.data_free_steps import levels_max
+from nncf_hqq.maths.data_free_steps import round_to_f16
+from nncf_hqq.maths.data_free_steps import signed_magnitude
+from nncf_hqq.maths.zero_point_solver import F16_MAX
+from nncf_hqq.maths.zero_point_solver import F16_TINY
+from nncf_hqq.maths.zero_point_solver import cap_inverse_scale_to_extremes
+from nncf_hqq.maths.zero_point_solver import dequantize
+from nncf_hqq.maths.zero_point_solver import quantize
+from nncf_hqq.maths.zero_point_solver import weighted_mean
+
+
+def mean_absolute_error(
+    weight: Tensor, reconstruction: Tensor, axis: int | None, importance: Tensor | None = None
+) -> Tensor:
+    """
+    The mean absolute error of a reconstruction.
+
+    :param weight: The weight.
+    :param reconstruction: Its reconstruction.
+    :param axis: The axis of the mean (keepdims), or None for the whole tensor.
+    :param importance: Optional non-negative weights of the elements.
+    :return: The (weighted) mean of |weight - reconstruction|.
+    """
+    return weighted_mean(fns.abs(weight - reconstruction), importance, axis)
+
+
+def keep_best(
+    error: Tensor, best_error: Tensor, value: Tensor, best_value: Tensor, active: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """
+    The best value so far: takes the error and the value where an active entry improved.
+
+    :param error: The error of the current value.
+    :param best_error: The least error so far.
+    :param value: The current value.
+    :param best_value: The value of the least error so far.
+    :param active: Where the search goes on.
+    :return: Where an entry improved, the least error and the best value.
+    """
+    improved = (error < best_error) & active
+    return improved, fns.where(improved, error, best_error), fns.where(improved, value, best_value)
 
 
 def least_squares_scale_for_zero(

@@ -5,11 +5,22 @@ from nncf import CompressWeightsMode
 from nncf.quantization.algorithms.weight_compression import hqq_solver as solver
 from nncf.quantization.algorithms.weight_compression.config import WeightCompressionConfig
 from nncf.quantization.algorithms.weight_compression.hqq import HQQ
+from nncf.quantization.algorithms.weight_compression.weight_lowering import do_integer_dequantization
+from nncf.quantization.algorithms.weight_compression.weight_lowering import do_integer_quantization
 from nncf.tensor import Tensor
+
+INT4_G32 = WeightCompressionConfig(CompressWeightsMode.INT4_ASYM, group_size=32)
 
 
 def random_weight(seed: int, shape: tuple[int, int] = (32, 128)) -> np.ndarray:
     return (np.random.default_rng(seed).standard_t(4, shape) * 0.02).astype(np.float32)
+
+
+def squared_error(weight: np.ndarray, params, config: WeightCompressionConfig = INT4_G32) -> float:
+    precomputed = () if params is None else (params.scale, params.zero_point)
+    compressed = do_integer_quantization(Tensor(weight), config, 1, *precomputed)
+    axis = -1 if config.group_size == -1 else 1
+    return float(((do_integer_dequantization(compressed, axis).data - weight) ** 2).mean())
 
 
 def test_least_squares_recovers_affine_codes():
@@ -22,10 +33,10 @@ def test_least_squares_recovers_affine_codes():
 
 @pytest.mark.parametrize("zero", [0.0, 7.0, 7.5, 15.0])
 def test_grid_weights_are_reproduced_exactly(zero):
-    weight = (np.tile(np.arange(16, dtype=np.float32), (4, 1)) - zero) * 0.125
-    config = WeightCompressionConfig(CompressWeightsMode.INT4_ASYM, group_size=16)
-    compressed = HQQ(CompressWeightsMode.INT4_ASYM).compress(Tensor(weight), 1, config)
-    np.testing.assert_array_equal(solver.decompress(compressed).data.reshape(weight.shape), weight)
+    weight = (np.tile(np.arange(16, dtype=np.float32), (4, 2)) - zero) * 0.125
+    params = HQQ(CompressWeightsMode.INT4_ASYM).calculate_quantization_params(Tensor(weight), 1, INT4_G32)
+    assert params.tensor is None
+    assert squared_error(weight, params) == 0.0
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -38,36 +49,28 @@ def test_refinement_clips_no_extreme(seed):
     assert position.max() <= 15.5 + 1e-4
 
 
-@pytest.mark.parametrize(("gain", "expected"), [(0.8, 1.25), (1.0, 1.0), (0.1, 2.0)])
-def test_unit_gain_factor(gain, expected):
-    weight = Tensor(np.array([[1.0, -2.0, 3.0, 0.5]], np.float32))
-    codes, scale = Tensor(np.array([[1.0, -2.0, 3.0, 0.5]], np.float32)), Tensor(np.array([[gain]], np.float32))
-    factor = solver.unit_gain_factor_for_codes(weight, codes, scale, None, 1)
-    np.testing.assert_allclose(factor.data, expected, rtol=1e-6)
-
-
 @pytest.mark.parametrize("seed", range(4))
-def test_hqq_error_is_below_rtn_in_every_group(seed):
-    weight = Tensor(random_weight(seed))
-    config = WeightCompressionConfig(CompressWeightsMode.INT4_ASYM, group_size=32)
-    grouped, axis = solver.split_into_groups(weight, 1, 32)
-    rtn = solver.to_compressed_weight(grouped, *solver.rtn_scale_zero_point(grouped, axis, 4), 4, True)
-    hqq = HQQ(CompressWeightsMode.INT4_ASYM, unit_gain=False).compress(weight, 1, config)
-    hqq_error, rtn_error = (solver.stored_group_error(grouped, c, axis, None).data for c in (hqq, rtn))
-    assert np.all(hqq_error <= rtn_error)
-    assert hqq_error.mean() < 0.9 * rtn_error.mean()
+def test_error_is_below_round_to_nearest(seed):
+    weight = random_weight(seed)
+    hqq = HQQ(CompressWeightsMode.INT4_ASYM).calculate_quantization_params(Tensor(weight), 1, INT4_G32)
+    assert squared_error(weight, hqq) < 0.9 * squared_error(weight, None)
 
 
-@pytest.mark.parametrize("samples", [24, 50])
-def test_refinement_on_activations_lowers_output_error(samples):
-    weight = Tensor(random_weight(1, (16, 64)).reshape(16, 2, 32))
-    inputs = Tensor(np.random.default_rng(2).normal(size=(2, 32, samples)).astype(np.float32))
-    if samples > 32:  # as many columns as inputs, the same second moment: the same output errors
-        inputs = solver.equivalent_inputs(inputs)
-    inverse_scale, zero = solver.solve_zero_point(weight, 2, 4, 20)
-    refined = solver.refine_scale_on_activations(weight, inverse_scale, zero, inputs, 4, 4, (1.0, 0.9))
-    outputs = solver.output_projections(weight, inputs)
-    before, _ = solver.activation_error(outputs, weight, inverse_scale, zero, inputs, 4)
-    after, _ = solver.activation_error(outputs, weight, refined, zero, inputs, 4)
-    assert np.all(after.data <= before.data)
-    assert after.data.sum() < before.data.sum()
+def test_int8_rows_of_small_range_are_not_widened():
+    weight = (np.random.default_rng(0).standard_normal((16, 256)) * 1e-3).astype(np.float32)
+    config = WeightCompressionConfig(CompressWeightsMode.INT8_ASYM)
+    hqq = HQQ(CompressWeightsMode.INT8_ASYM).calculate_quantization_params(Tensor(weight), 1, config)
+    assert squared_error(weight, hqq, config) <= squared_error(weight, None, config)
+
+
+@pytest.mark.parametrize(("num_iterations", "refinement_steps"), [(20, 0), (0, 5), (20, 5)])
+def test_each_step_lowers_the_error_of_the_range_initialisation(num_iterations, refinement_steps):
+    weight = random_weight(5)
+    errors = [
+        squared_error(
+            weight,
+            HQQ(CompressWeightsMode.INT4_ASYM, *steps).calculate_quantization_params(Tensor(weight), 1, INT4_G32),
+        )
+        for steps in ((0, 0), (num_iterations, refinement_steps))
+    ]
+    assert errors[1] < errors[0]

@@ -3,6 +3,7 @@ from unittest.mock import patch
 import numpy as np
 import openvino as ov
 import pytest
+from openvino import opset13 as opset
 
 import nncf
 from nncf import CompressWeightsMode
@@ -10,7 +11,20 @@ from nncf.quantization.advanced_parameters import AdvancedCompressionParameters
 from nncf.quantization.advanced_parameters import AdvancedHQQParameters
 from nncf.quantization.algorithms.weight_compression.hqq import HQQ
 from tests.openvino.native.quantization.test_hqq import HIDDEN
-from tests.openvino.native.quantization.test_hqq import attention_model
+
+
+def attention_model(seed: int = 0) -> ov.Model:
+    """An attention block fed by a normalization's gain."""
+    rng = np.random.default_rng(seed)
+    x = opset.parameter([1, 8, HIDDEN], ov.Type.f32, name="x")
+    normed = opset.multiply(x, opset.constant(rng.uniform(0.5, 2.0, HIDDEN).astype(np.float32)), name="norm")
+
+    def linear(inp, name):
+        weight = opset.constant((rng.standard_t(4, (HIDDEN, HIDDEN)) * 0.05).astype(np.float32), name=name)
+        return opset.matmul(inp, weight, False, True, name=f"{name}/matmul")
+
+    attention = opset.scaled_dot_product_attention(*(linear(normed, n) for n in ("q", "k", "v")), causal=True)
+    return ov.Model([linear(attention, "o")], [x])
 
 
 def compress(dataset: nncf.Dataset, **hqq_params) -> tuple[ov.Model, dict]:

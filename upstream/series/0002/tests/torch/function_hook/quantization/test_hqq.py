@@ -3,32 +3,28 @@ import torch
 
 import nncf
 from nncf import CompressWeightsMode
-from nncf.common.factory import build_graph
 from nncf.parameters import CompressionFormat
-from nncf.quantization.algorithms.weight_compression.torch_backend import PTHQQAlgoBackend
+from nncf.quantization.algorithms.weight_compression.config import WeightCompressionConfig
+from nncf.quantization.algorithms.weight_compression.hqq import HQQ
+from nncf.tensor import Tensor
+from nncf.tensor import TensorBackend
 from nncf.torch.function_hook import get_hook_storage
-from nncf.torch.model_creation import wrap_model
 from nncf.torch.quantization.layers import BaseWeightsDecompressor
 
 
-class NormMLP(torch.nn.Module):
+class MLP(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.norm = torch.nn.LayerNorm(64)
         self.up = torch.nn.Linear(64, 128)
         self.down = torch.nn.Linear(128, 64)
 
     def forward(self, x):
-        return self.down(torch.relu(self.up(self.norm(x))))
+        return self.down(torch.relu(self.up(x)))
 
 
 def model_and_input() -> tuple[torch.nn.Module, torch.Tensor]:
     torch.manual_seed(0)
-    model = NormMLP().eval()
-    with torch.no_grad():
-        model.norm.weight.uniform_(0.5, 2.0)
-        model.norm.bias.uniform_(-0.5, 0.5)
-    return model, torch.randn(1, 8, 64)
+    return MLP().eval(), torch.randn(1, 8, 64)
 
 
 @pytest.mark.parametrize(
@@ -49,13 +45,13 @@ def test_float_zero_points_and_outputs(mode, group_size):
     assert errors[1] < errors[0]
 
 
-def test_layer_norm_affine_is_found():
-    model, x = model_and_input()
-    wrapped = wrap_model(model, example_input=x, trace_parameters=True)
-    graph = build_graph(wrapped)
-    up = next(node for node in graph.get_all_nodes() if node.node_name.startswith("up/linear"))
-    gamma, beta = PTHQQAlgoBackend().get_normalization_affine(wrapped, graph, up, 64)
-    assert torch.equal(gamma.data, model.norm.weight) and torch.equal(beta.data, model.norm.bias)
+def test_solver_runs_on_torch_tensors():
+    weight = torch.randn(16, 64)
+    config = WeightCompressionConfig(CompressWeightsMode.INT4_ASYM, group_size=32)
+    params = HQQ(CompressWeightsMode.INT4_ASYM).calculate_quantization_params(Tensor(weight), 1, config)
+    assert params.scale.backend == params.zero_point.backend == TensorBackend.torch
+    assert params.zero_point.data.dtype == torch.float16 and params.zero_point.data.device == weight.device
+    assert tuple(params.scale.shape) == (16, 2, 1)
 
 
 def test_fq_format_is_refused():

@@ -3,7 +3,7 @@ import pytest
 
 from nncf import CompressWeightsMode
 from nncf.quantization.algorithms.weight_compression import hqq_integer as integer
-from nncf.quantization.algorithms.weight_compression import hqq_solver as solver
+from nncf.quantization.algorithms.weight_compression import hqq_steps as steps
 from nncf.quantization.algorithms.weight_compression.config import WeightCompressionConfig
 from nncf.quantization.algorithms.weight_compression.hqq import HQQ
 from nncf.tensor import Tensor
@@ -15,7 +15,7 @@ def test_symmetric_grid_is_reproduced_exactly(scale):
     config = WeightCompressionConfig(CompressWeightsMode.INT4_SYM, group_size=16)
     compressed = HQQ(CompressWeightsMode.INT4_SYM).compress(Tensor(weight), 1, config)
     assert compressed.zero_point is None
-    np.testing.assert_array_equal(solver.decompress(compressed).data.reshape(weight.shape), weight)
+    np.testing.assert_array_equal(steps.decompress(compressed).data.reshape(weight.shape), weight)
 
 
 def test_scale_for_an_integer_zero_point_is_least_squares():
@@ -36,14 +36,14 @@ def test_scale_for_an_integer_zero_point_is_least_squares():
 def test_integer_parameters_beat_rounding_in_every_group(mode, integer_zero_point):
     weight = Tensor((np.random.default_rng(0).standard_t(4, (32, 128)) * 0.02).astype(np.float32))
     config = WeightCompressionConfig(mode, group_size=32)
-    grouped, axis = solver.split_into_groups(weight, 1, 32)
+    grouped, axis = steps.split_into_groups(weight, 1, 32)
     bits = config.num_bits
     if config.is_asym_mode:
-        rtn = solver.to_compressed_weight(grouped, *solver.rtn_scale_zero_point(grouped, axis, bits), bits, True)
+        rtn = steps.to_compressed_weight(grouped, *steps.rtn_scale_zero_point(grouped, axis, bits), bits, True)
     else:
         rtn = integer.to_symmetric_compressed_weight(grouped, integer.symmetric_init(grouped, axis, bits), bits)
     hqq = HQQ(mode, unit_gain=False, integer_zero_point=integer_zero_point).compress(weight, 1, config)
     assert integer_zero_point == (hqq.zero_point is not None and not hqq.zero_point.dtype.is_float())
-    errors = [solver.stored_group_error(grouped, c, axis, None).data for c in (hqq, rtn)]
+    errors = [steps.stored_group_error(grouped, c, axis, None).data for c in (hqq, rtn)]
     assert np.all(errors[0] <= errors[1])
     assert errors[0].mean() < errors[1].mean()

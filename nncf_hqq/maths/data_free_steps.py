@@ -1,0 +1,159 @@
+"""
+HQQ's data-free steps beyond its solver, as pure functions over nncf.tensor: NNCF's round-to-nearest parameters and
+encoding, the per-group choice between two compressions (the RTN fallback) and unit gain.
+"""
+
+from nncf.quantization.algorithms.weight_compression.parameters import CompressedWeight
+from nncf.tensor import Tensor
+from nncf.tensor import TensorDataType
+from nncf.tensor import functions as fns
+
+from nncf_hqq.maths.zero_point_solver import F16_MAX
+from nncf_hqq.maths.zero_point_solver import F16_TINY
+from nncf_hqq.maths.zero_point_solver import stored_scale_zero_point
+from nncf_hqq.maths.zero_point_solver import weighted_mean
+
+# Bounds of the unit-gain factor of a group: a group whose reconstruction is (nearly) orthogonal to it would
+# otherwise get an unbounded factor; a factor outside [1/2, 2] means the codes no longer describe the group.
+UNIT_GAIN_LIMITS = (0.5, 2.0)
+
+
+def levels_max(num_bits: int) -> float:
+    """
+    The largest code of an unsigned grid.
+
+    :param num_bits: The number of bits of a code.
+    :return: 2^num_bits - 1.
+    """
+    return float(2**num_bits - 1)
+
+
+def round_to_f16(x: Tensor, low: float, high: float) -> Tensor:
+    """
+    The values clipped and rounded to float16, as float32.
+
+    :param x: The values.
+    :param low: The lower bound of the clip.
+    :param high: The upper bound of the clip.
+    :return: The values clipped to [low, high] and rounded to float16, as float32.
+    """
+    clipped = fns.clip(x.astype(TensorDataType.float32), low, high)
+    return clipped.astype(TensorDataType.float16).astype(TensorDataType.float32)
+
+
+def split_into_groups(weight: Tensor, reduction_axis: int, group_size: int) -> tuple[Tensor, int]:
+    """[a, r, b] as [a, r // group_size, group_size, b], and the axis of the groups."""
+    reduction_axis = reduction_axis % weight.ndim
+    if group_size == -1:
+        return weight, reduction_axis
+    channels = weight.shape[reduction_axis]
+    if channels % group_size != 0:
+        msg = f"Channel size {channels} is not divisible by group_size={group_size}."
+        raise ValueError(msg)
+    shape = list(weight.shape)
+    shape[reduction_axis : reduction_axis + 1] = [channels // group_size, group_size]
+    return weight.reshape(tuple(shape)), reduction_axis + 1
+
+
+def rtn_scale_zero_point_for_range(w_min: Tensor, w_max: Tensor, num_bits: int) -> tuple[Tensor, Tensor]:
+    """NNCF's round-to-nearest scale and integer zero point from every group's minimum and maximum."""
+    w_min = fns.minimum(w_min, 0.0)
+    w_max = fns.maximum(w_max, 0.0)
+    q_max = levels_max(num_bits)
+    scale = (w_max - w_min) / q_max
+    eps = float(fns.finfo(scale).eps)
+    scale = fns.where(fns.abs(scale) < eps, eps, scale)
+    return scale, fns.clip(-fns.round(w_min / scale), 0.0, q_max)
+
+
+def rtn_scale_zero_point(weight: Tensor, axis: int, num_bits: int) -> tuple[Tensor, Tensor]:
+    weight = weight.astype(TensorDataType.float32)
+    w_min = fns.min(weight, axis=axis, keepdims=True)
+    return rtn_scale_zero_point_for_range(w_min, fns.max(weight, axis=axis, keepdims=True), num_bits)
+
+
+def stored_parameters(
+    scale: Tensor, zero_point: Tensor, num_bits: int, integer_zero_point: bool
+) -> tuple[Tensor, Tensor]:
+    """``stored_scale_zero_point``, or for an integer zero point the stored scale and the nearest code."""
+    stored_scale, stored_zero_point = stored_scale_zero_point(scale, zero_point)
+    if integer_zero_point:
+        return stored_scale, fns.clip(fns.round(zero_point), 0.0, levels_max(num_bits))
+    return stored_scale, stored_zero_point
+
+
+def to_compressed_weight(
+    grouped_weight: Tensor, scale: Tensor, zero_point: Tensor, num_bits: int, integer_zero_point: bool
+) -> CompressedWeight:
+    """uint8 codes encoded against the scale and zero point as written; an integer zero point as int32."""
+    scale, zero_point = stored_parameters(scale, zero_point, num_bits, integer_zero_point)
+    codes = grouped_weight.astype(TensorDataType.float32) / scale
+    codes += zero_point
+    codes = fns.clip(fns.round(codes), 0.0, levels_max(num_bits)).astype(TensorDataType.uint8)
+    if integer_zero_point:
+        zero_point = zero_point.astype(TensorDataType.int32)
+    return CompressedWeight(codes, scale, zero_point)
+
+
+def decompress(compressed: CompressedWeight) -> Tensor:
+    codes = compressed.tensor.astype(TensorDataType.float32)
+    if compressed.zero_point is not None:
+        codes = codes - compressed.zero_point.astype(TensorDataType.float32)
+    return codes * compressed.scale.astype(TensorDataType.float32)
+
+
+def stored_group_error(
+    grouped_weight: Tensor, compressed: CompressedWeight, axis: int, importance: Tensor | None
+) -> Tensor:
+    diff = decompress(compressed) - grouped_weight
+    return weighted_mean(diff * diff, importance, axis)
+
+
+def choose_per_group(use_first: Tensor, first: CompressedWeight, second: CompressedWeight) -> CompressedWeight:
+    """Every group's codes, scale and zero point from the first where use_first holds, else from the second."""
+    zero_dtype = first.zero_point.dtype if first.zero_point.dtype == second.zero_point.dtype else TensorDataType.float32
+    return CompressedWeight(
+        fns.where(use_first, first.tensor, second.tensor),
+        fns.where(use_first, first.scale, second.scale),
+        fns.where(use_first, first.zero_point.astype(zero_dtype), second.zero_point.astype(zero_dtype)),
+    )
+
+
+def group_inner_product(a: Tensor, b: Tensor, axis: int) -> Tensor:
+    rows, columns = fns.moveaxis(a, axis, -1), fns.moveaxis(b, axis, -1)
+    return fns.moveaxis(fns.matmul(rows[..., None, :], columns[..., :, None])[..., 0], -1, axis)
+
+
+def unit_gain(energy: Tensor, projection: Tensor) -> Tensor:
+    usable = projection > 0.0
+    return fns.clip(fns.where(usable, energy / fns.where(usable, projection, 1.0), 1.0), *UNIT_GAIN_LIMITS)
+
+
+def unit_gain_factor_for_codes(
+    weight: Tensor, codes: Tensor, scale: Tensor, zero_point: Tensor | None, axis: int
+) -> Tensor:
+    """
+    Per group c = <W, W> / <W_hat, W> for W_hat = (q - zero_point) * scale, so that c * W_hat has unit gain along W
+    (a least-squares fit leaves its error orthogonal to W_hat instead, which attenuates every group).
+    """
+    cross = group_inner_product(codes.astype(TensorDataType.float32), weight, axis)
+    if zero_point is not None:
+        cross = cross - zero_point.astype(TensorDataType.float32) * fns.sum(weight, axis=axis, keepdims=True)
+    return unit_gain(group_inner_product(weight, weight, axis), scale.astype(TensorDataType.float32) * cross)
+
+
+def signed_magnitude(sign_of: Tensor, magnitude: Tensor) -> Tensor:
+    return fns.where(sign_of < 0.0, -magnitude, magnitude)
+
+
+def rescaled(compressed: CompressedWeight, factor: Tensor) -> CompressedWeight:
+    scale = compressed.scale.astype(TensorDataType.float32)
+    magnitude = round_to_f16(fns.abs(scale * factor), F16_TINY, F16_MAX)
+    return CompressedWeight(compressed.tensor, signed_magnitude(scale, magnitude), compressed.zero_point)
+
+
+def with_unit_gain(grouped_weight: Tensor, compressed: CompressedWeight, axis: int) -> CompressedWeight:
+    """Every group's scale times its unit-gain factor; the codes are kept, so they must be written as they are."""
+    scale = compressed.scale.astype(TensorDataType.float32)
+    factor = unit_gain_factor_for_codes(grouped_weight, compressed.tensor, scale, compressed.zero_point, axis)
+    return rescaled(compressed, factor)

@@ -1,0 +1,254 @@
+"""
+HQQ's solver for asymmetric groups as pure functions over nncf.tensor: the float zero point and the least-squares
+refinement of the scale and zero point.
+
+A group of weights W is quantized as Wq = clip(round(W * s + z), 0, 2^b - 1) and reconstructed as (Wq - z) / s with
+the inverse scale s and the float zero point z (HQQ's convention); NNCF's scale is 1 / s and its zero point z. The
+solver works in HQQ's convention; the codes a model stores are NNCF's encoding of the weight with the scale and zero
+point of ``stored_scale_zero_point``. Reference: H. Badri, A. Shaji, "Half-Quadratic Quantization of Large Machine
+Learning Models", 2023.
+"""
+
+from nncf.tensor import Tensor
+from nncf.tensor import TensorDataType
+from nncf.tensor import functions as fns
+
+# Smallest span (max - min) a group is quantized on, at every bit width: a constant group would divide by zero. Its
+# scale span / (2^b - 1) (5e-5 at 4 bits, 2.9e-6 at 8) stays above float16's smallest positive value F16_TINY.
+MIN_GROUP_RANGE = 7.5e-4
+# Largest |zero point| of the initialisation: float16 holds every integer up to 2^11 exactly (a code's precision).
+MAX_ABS_ZERO = 2048.0
+# Largest finite and smallest positive float16 values: the range of a stored scale and zero point.
+F16_MAX = 65504.0
+F16_TINY = 2.0**-24
+
+
+def min_max_init_for_range(w_min: Tensor, w_max: Tensor, num_bits: int) -> tuple[Tensor, Tensor]:
+    """
+    HQQ's initialisation s = (2^b - 1) / (max - min), z = -min * s; the range is at least MIN_GROUP_RANGE and
+    widened where |z| would exceed MAX_ABS_ZERO.
+
+    :param w_min: The minimum of every group.
+    :param w_max: The maximum of every group.
+    :param num_bits: The number of bits of a code.
+    :return: The inverse scale and the zero point of every group.
+    """
+    q_max = 2.0**num_bits - 1
+    widened = fns.maximum(w_max - w_min, fns.abs(w_min) * (q_max / MAX_ABS_ZERO))
+    inverse_scale = q_max / fns.maximum(widened, MIN_GROUP_RANGE)
+    return inverse_scale, -w_min * inverse_scale
+
+
+def quantize(weight: Tensor, inverse_scale: Tensor, zero: Tensor, num_bits: int) -> Tensor:
+    """
+    The nearest codes clip(round(W * s + z), 0, 2^b - 1) of the weight W, as floats.
+
+    :param weight: The weight W.
+    :param inverse_scale: The inverse scale s of every group.
+    :param zero: The zero point z of every group.
+    :param num_bits: The number of bits b of a code.
+    :return: The codes.
+    """
+    return fns.clip(fns.round(weight * inverse_scale + zero), 0.0, 2.0**num_bits - 1)
+
+
+def dequantize(codes: Tensor, inverse_scale: Tensor, zero: Tensor) -> Tensor:
+    """
+    The reconstruction (Wq - z) / s of the codes Wq.
+
+    :param codes: The codes Wq.
+    :param inverse_scale: The inverse scale s of every group.
+    :param zero: The zero point z of every group.
+    :return: The reconstructed weight.
+    """
+    return (codes - zero) / inverse_scale
+
+
+def weighted_mean(x: Tensor, importance: Tensor | None, axis: int | None) -> Tensor:
+    """
+    The mean over the axis (keepdims) or of the whole tensor, weighted by the importance if given.
+
+    :param x: The values.
+    :param importance: Non-negative weights broadcastable to x, or None for equal weights.
+    :param axis: The axis of the mean, or None for the mean of the whole tensor.
+    :return: The (weighted) mean.
+    """
+    if importance is None:
+        return fns.mean(x) if axis is None else fns.mean(x, axis=axis, keepdims=True)
+    if axis is None:
+        return fns.sum(x * importance) / (fns.sum(importance) * (x.size / importance.size))
+    total = fns.sum(importance, axis=axis, keepdims=True)
+    if importance.shape[axis] == 1:
+        total = total * x.shape[axis]
+    return fns.sum(x * importance, axis=axis, keepdims=True) / total
+
+
+def zero_point_update(
+    weight: Tensor, codes: Tensor, inverse_scale: Tensor, axis: int, importance: Tensor | None = None
+) -> Tensor:
+    """
+    The zero point minimising ||Wq - W * s - z||^2 for fixed codes: the mean of Wq - W * s over every group.
+
+    :param weight: The grouped weight.
+    :param codes: The codes Wq.
+    :param inverse_scale: The inverse scale s of every group.
+    :param axis: The axis of the groups' elements.
+    :param importance: Optional weights of the elements.
+    :return: The zero point of every group.
+    """
+    return weighted_mean(codes - weight * inverse_scale, importance, axis)
+
+
+def optimize_zero_point(
+    weight: Tensor, inverse_scale: Tensor, zero: Tensor, axis: int, num_bits: int, iterations: int
+) -> Tensor:
+    """
+    HQQ's zero-point iterations with a fixed scale: nearest codes, then the zero point that fits them, until the mean
+    absolute error of the tensor stops decreasing. This is HQQ's half-quadratic solver where its lp shrinkage is
+    inactive (no error above its threshold, as on weights of usual magnitude).
+
+    :param weight: The grouped weight (float32).
+    :param inverse_scale: The inverse scale s of every group.
+    :param zero: The initial zero point of every group.
+    :param axis: The axis of the groups' elements.
+    :param num_bits: The number of bits of a code.
+    :param iterations: The maximal number of iterations.
+    :return: The zero point of the best iterate.
+    """
+    best_error = fns.mean(fns.abs(weight - weight)) + float("inf")
+    best_zero = zero
+    active = fns.zeros_like(best_error) == 0.0
+    for _ in range(iterations):
+        codes = quantize(weight, inverse_scale, zero, num_bits)
+        error = fns.mean(fns.abs(weight - dequantize(codes, inverse_scale, zero)))
+        improved = (error < best_error) & active
+        best_error, best_zero = fns.where(improved, error, best_error), fns.where(improved, zero, best_zero)
+        zero = fns.where(active, zero_point_update(weight, codes, inverse_scale, axis), zero)
+        active = improved
+        if not fns.any(active):
+            break
+    return best_zero
+
+
+def solve_zero_point(weight: Tensor, axis: int, num_bits: int, iterations: int) -> tuple[Tensor, Tensor]:
+    """
+    HQQ's inverse scale (from the range) and float zero point (from its iterations) of a grouped weight.
+
+    :param weight: The grouped weight.
+    :param axis: The axis of the groups' elements.
+    :param num_bits: The number of bits of a code.
+    :param iterations: The maximal number of zero-point iterations.
+    :return: The inverse scale and the zero point of every group (keepdims).
+    """
+    weight = weight.astype(TensorDataType.float32)
+    w_min = fns.min(weight, axis=axis, keepdims=True)
+    inverse_scale, zero = min_max_init_for_range(w_min, fns.max(weight, axis=axis, keepdims=True), num_bits)
+    return inverse_scale, optimize_zero_point(weight, inverse_scale, zero, axis, num_bits, iterations)
+
+
+def least_squares_scale_zero(
+    weight: Tensor, codes: Tensor, axis: int, importance: Tensor | None, previous: tuple[Tensor, Tensor]
+) -> tuple[Tensor, Tensor]:
+    """
+    The best (s, z) for fixed codes, from the regression W ~ a * Wq + b (s = 1 / a, z = -b / a); a group whose codes
+    are constant or anti-correlated with the weight keeps its previous (s, z).
+
+    :param weight: The grouped weight.
+    :param codes: The codes Wq.
+    :param axis: The axis of the groups' elements.
+    :param importance: Optional weights of the elements.
+    :param previous: The inverse scale and zero point kept by degenerate groups.
+    :return: The inverse scale and the zero point of every group.
+    """
+    mean_codes = weighted_mean(codes, importance, axis)
+    mean_weight = weighted_mean(weight, importance, axis)
+    centred = codes - mean_codes
+    variance = weighted_mean(centred * centred, importance, axis)
+    covariance = weighted_mean(centred * (weight - mean_weight), importance, axis)
+    valid = (variance > 0.0) & (covariance > 0.0)
+    slope = fns.where(valid, covariance, 1.0) / fns.where(valid, variance, 1.0)
+    return fns.where(valid, 1.0 / slope, previous[0]), fns.where(valid, mean_codes - mean_weight / slope, previous[1])
+
+
+def cap_inverse_scale_to_extremes(
+    weight: Tensor, inverse_scale: Tensor, zero: Tensor, axis: int, num_bits: int
+) -> Tensor:
+    """
+    The largest s up to the given one that clips neither the minimum nor the maximum of a group: both land within
+    half a step of the code range.
+
+    :param weight: The grouped weight.
+    :param inverse_scale: The inverse scale s of every group.
+    :param zero: The zero point z of every group.
+    :param axis: The axis of the groups' elements.
+    :param num_bits: The number of bits of a code.
+    :return: The capped inverse scale.
+    """
+    q_max = 2.0**num_bits - 1
+    w_min = fns.min(weight, axis=axis, keepdims=True)
+    w_max = fns.max(weight, axis=axis, keepdims=True)
+    no_cap = q_max / MIN_GROUP_RANGE
+    upper = fns.where(w_max > 0.0, (q_max + 0.5 - zero) / fns.where(w_max > 0.0, w_max, 1.0), no_cap)
+    lower = fns.where(w_min < 0.0, (zero + 0.5) / fns.where(w_min < 0.0, -w_min, 1.0), no_cap)
+    cap = fns.minimum(upper, lower)
+    return fns.where(cap > 0.0, fns.minimum(inverse_scale, cap), inverse_scale)
+
+
+def refine_least_squares(
+    weight: Tensor,
+    inverse_scale: Tensor,
+    zero: Tensor,
+    axis: int,
+    num_bits: int,
+    rounds: int,
+    importance: Tensor | None = None,
+    preserve_extremes: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """
+    Alternates nearest codes and the least-squares (s, z) for them; every group keeps its best iterate by (weighted)
+    squared error, the incoming one included.
+
+    :param weight: The grouped weight.
+    :param inverse_scale: The initial inverse scale s of every group.
+    :param zero: The initial zero point z of every group.
+    :param axis: The axis of the groups' elements.
+    :param num_bits: The number of bits of a code.
+    :param rounds: The number of rounds.
+    :param importance: Optional weights of the elements.
+    :param preserve_extremes: Whether s is capped so that no group's minimum or maximum is clipped.
+    :return: The refined inverse scale and zero point.
+    """
+    weight = weight.astype(TensorDataType.float32)
+
+    def project(s: Tensor, z: Tensor) -> Tensor:
+        return cap_inverse_scale_to_extremes(weight, s, z, axis, num_bits) if preserve_extremes else s
+
+    def codes_and_error(s: Tensor, z: Tensor) -> tuple[Tensor, Tensor]:
+        codes = quantize(weight, s, z, num_bits)
+        diff = dequantize(codes, s, z) - weight
+        return codes, weighted_mean(diff * diff, importance, axis)
+
+    inverse_scale = project(inverse_scale, zero)
+    best = (inverse_scale, zero)
+    codes, best_error = codes_and_error(inverse_scale, zero)
+    for _ in range(rounds):
+        inverse_scale, zero = least_squares_scale_zero(weight, codes, axis, importance, (inverse_scale, zero))
+        inverse_scale = project(inverse_scale, zero)
+        codes, error = codes_and_error(inverse_scale, zero)
+        better = error < best_error
+        best = (fns.where(better, inverse_scale, best[0]), fns.where(better, zero, best[1]))
+        best_error = fns.where(better, error, best_error)
+    return best
+
+
+def stored_scale_zero_point(scale: Tensor, zero_point: Tensor) -> tuple[Tensor, Tensor]:
+    """
+    The scale's magnitude and the float zero point as a model stores them, in float16, as float32.
+
+    :param scale: NNCF's scale (1 / s).
+    :param zero_point: The zero point.
+    :return: The stored scale and zero point.
+    """
+    f16, f32 = TensorDataType.float16, TensorDataType.float32
+    scale = fns.clip(fns.abs(scale).astype(f32), F16_TINY, F16_MAX).astype(f16).astype(f32)
+    return scale, fns.clip(zero_point.astype(f32), -F16_MAX, F16_MAX).astype(f16).astype(f32)

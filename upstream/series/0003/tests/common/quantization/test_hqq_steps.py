@@ -1,0 +1,32 @@
+import numpy as np
+import pytest
+
+from nncf import CompressWeightsMode
+from nncf.quantization.algorithms.weight_compression import hqq_steps as steps
+from nncf.quantization.algorithms.weight_compression.config import WeightCompressionConfig
+from nncf.quantization.algorithms.weight_compression.hqq import HQQ
+from nncf.tensor import Tensor
+
+
+def random_weight(seed: int, shape: tuple[int, int] = (32, 128)) -> np.ndarray:
+    return (np.random.default_rng(seed).standard_t(4, shape) * 0.02).astype(np.float32)
+
+
+@pytest.mark.parametrize(("gain", "expected"), [(0.8, 1.25), (1.0, 1.0), (0.1, 2.0)])
+def test_unit_gain_factor(gain, expected):
+    weight = Tensor(np.array([[1.0, -2.0, 3.0, 0.5]], np.float32))
+    codes, scale = Tensor(np.array([[1.0, -2.0, 3.0, 0.5]], np.float32)), Tensor(np.array([[gain]], np.float32))
+    factor = steps.unit_gain_factor_for_codes(weight, codes, scale, None, 1)
+    np.testing.assert_allclose(factor.data, expected, rtol=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_error_is_not_above_rtn_in_any_group(seed):
+    weight = Tensor(random_weight(seed))
+    config = WeightCompressionConfig(CompressWeightsMode.INT4_ASYM, group_size=32)
+    grouped, axis = steps.split_into_groups(weight, 1, 32)
+    rtn = steps.to_compressed_weight(grouped, *steps.rtn_scale_zero_point(grouped, axis, 4), 4, True)
+    hqq = HQQ(CompressWeightsMode.INT4_ASYM, unit_gain=False).compress(weight, 1, config)
+    hqq_error, rtn_error = (steps.stored_group_error(grouped, c, axis, None).data for c in (hqq, rtn))
+    assert np.all(hqq_error <= rtn_error)
+    assert hqq_error.mean() < 0.9 * rtn_error.mean()

@@ -1,0 +1,363 @@
+from collections.abc import Callable
+from typing import TypeVar
+
+import nncf
+from nncf.common.graph.graph import NNCFGraph
+from nncf.common.graph.graph import NNCFNode
+from nncf.common.logging.track_progress import track
+from nncf.common.tensor_statistics.statistics import WCTensorStatistic
+from nncf.common.utils.backend import BackendType
+from nncf.common.utils.backend import get_backend
+from nncf.parameters import CompressWeightsMode
+from nncf.quantization.advanced_parameters import AdvancedScaleEstimationParameters
+from nncf.quantization.algorithms.weight_compression.activation_stats import process_stats
+from nncf.quantization.algorithms.weight_compression.backend import HQQAlgoBackend
+from nncf.quantization.algorithms.weight_compression.config import WeightCompressionConfig
+from nncf.quantization.algorithms.weight_compression.config import WeightCompressionParameters
+from nncf.quantization.algorithms.weight_compression.hqq_guard import choose_per_row
+from nncf.quantization.algorithms.weight_compression.hqq_scale_on_data import equivalent_inputs
+from nncf.quantization.algorithms.weight_compression.hqq_scale_on_data import refine_scale_on_activations
+from nncf.quantization.algorithms.weight_compression.hqq_solver import refine_least_squares
+from nncf.quantization.algorithms.weight_compression.hqq_solver import solve_zero_point
+from nncf.quantization.algorithms.weight_compression.hqq_solver import stored_scale_zero_point
+from nncf.quantization.algorithms.weight_compression.hqq_steps import choose_per_group
+from nncf.quantization.algorithms.weight_compression.hqq_steps import rtn_scale_zero_point
+from nncf.quantization.algorithms.weight_compression.hqq_steps import split_into_groups
+from nncf.quantization.algorithms.weight_compression.hqq_steps import stored_group_error
+from nncf.quantization.algorithms.weight_compression.hqq_steps import to_compressed_weight
+from nncf.quantization.algorithms.weight_compression.hqq_steps import with_unit_gain
+from nncf.quantization.algorithms.weight_compression.parameters import CompressedWeight
+from nncf.quantization.algorithms.weight_compression.scale_estimation import ScaleEstimation
+from nncf.quantization.algorithms.weight_compression.weight_lowering import ReductionAxes
+from nncf.quantization.algorithms.weight_compression.weight_lowering import get_reduction_channel_size
+from nncf.quantization.algorithms.weight_compression.weight_lowering import reshape_weight_for_grouped_quantization
+from nncf.tensor import Tensor
+from nncf.tensor import TensorBackend
+from nncf.tensor import TensorDataType
+from nncf.tensor import functions as fns
+
+TModel = TypeVar("TModel")
+
+HQQ_MODES = (CompressWeightsMode.INT4_ASYM, CompressWeightsMode.INT8_ASYM)
+# Starts s / f of the refinement of the inverse scale s on calibration data, and its steps from each: smaller
+# scales than the weights' own (down to 0.85 of them), as Scale Estimation's search also tries.
+SCALE_ESTIMATION_FACTORS = (1.0, 0.95, 0.9, 0.85)
+SCALE_ESTIMATION_STEPS = 4
+# Added to every input energy, relative to their mean, so that no group has a total weight of zero.
+IMPORTANCE_FLOOR = 1e-4
+ATTENTION_VALUE_PORT = 2  # the values' input of a scaled dot-product attention (query, key, value, mask)
+
+
+class HQQ:
+    """
+    Half-Quadratic Quantization (HQQ) of the weights in the primary mode: per group HQQ's float zero point, then
+    least-squares steps that clip no extreme weight, the error weighted by the energy of each input channel; round-to-nearest where it is better and for
+    attention values; a scale for unit gain. With statistics, the scales are then refined on them, and every output
+    row takes whichever of HQQ's, NNCF's Scale Estimation's and round-to-nearest's results fits the data best.
+    """
+
+    def __init__(
+        self,
+        mode: CompressWeightsMode,
+        num_iterations: int = 20,
+        refinement_steps: int = 5,
+        rtn_value_projections: bool = True,
+        unit_gain: bool = True,
+        subset_size: int = 32,
+        output_guard: bool = True,
+        scale_estimation_params: AdvancedScaleEstimationParameters | None = None,
+    ):
+        """
+        :param mode: The primary compression mode, INT4_ASYM or INT8_ASYM (the backup mode keeps rounding).
+        :param num_iterations: Maximal number of HQQ's zero-point iterations.
+        :param refinement_steps: Steps of least-squares refinement of the scales and zero points.
+        :param rtn_value_projections: Whether the layers that produce attention values keep round-to-nearest.
+        :param unit_gain: Whether every group's scale is finally set for unit gain along its weights.
+        :param subset_size: The number of calibration samples the scales are refined on.
+        :param output_guard: Whether every output row then takes whichever of HQQ's result, NNCF's Scale
+            Estimation result and round-to-nearest has the least output error on the calibration data.
+        :param scale_estimation_params: The parameters of that Scale Estimation.
+        """
+        self._mode = mode
+        self._num_iterations = num_iterations
+        self._refinement_steps = refinement_steps
+        self._unit_gain = unit_gain
+        self._rtn_value_projections = rtn_value_projections
+        self._subset_size = subset_size
+        self._output_guard = output_guard
+        self._scale_estimation_params = scale_estimation_params or AdvancedScaleEstimationParameters()
+        self._references = {}
+        self._backend_entity = None
+        # Token rows of the calibration inputs by node name, when collected
+        self.token_statistics: dict[str, WCTensorStatistic] = {}
+
+    @property
+    def available_backends(self) -> list[BackendType]:
+        return [BackendType.OPENVINO, BackendType.TORCH]
+
+    def _set_backend_entity(self, model: TModel) -> None:
+        """
+        Creates a helper class with a backend-specific logic of the algorithm.
+
+        :param model: Backend-specific input model.
+        """
+        model_backend = get_backend(model)
+        if model_backend == BackendType.OPENVINO:
+            from nncf.quantization.algorithms.weight_compression.openvino_backend import OVHQQAlgoBackend
+
+            self._backend_entity = OVHQQAlgoBackend(model)
+        elif model_backend == BackendType.TORCH:
+            from nncf.quantization.algorithms.weight_compression.torch_backend import PTHQQAlgoBackend
+
+            self._backend_entity = PTHQQAlgoBackend()
+        else:
+            msg = f"Cannot return backend-specific HQQ entity because {model_backend.value} is not supported!"
+            raise nncf.UnsupportedBackendError(msg)
+
+    def apply(
+        self,
+        model: TModel,
+        graph: NNCFGraph,
+        all_weight_params: list[WeightCompressionParameters],
+        statistics: dict[str, WCTensorStatistic] | None = None,
+        backend_entity: HQQAlgoBackend | None = None,
+    ) -> dict[str, CompressedWeight]:
+        """
+        Computes the compressed weight of every weight in the primary mode, from the weight as it is (after AWQ, when
+        it ran), before the model is transformed.
+
+        :param model: Model for applying algorithm.
+        :param graph: Model graph.
+        :param all_weight_params: List of all weight parameters.
+        :param statistics: Input activation statistics for each node, to refine the scales of its weights on.
+        :param backend_entity: Weight compression algorithm backend.
+        :return: The compressed weights by weight name. A weight left to rounding (another mode, attention values
+            without statistics) has no entry.
+        """
+        self._backend_entity = backend_entity
+        if not isinstance(backend_entity, HQQAlgoBackend):
+            self._set_backend_entity(model)
+        planned = []
+        for wp in all_weight_params:
+            axes = wp.reduction_axes
+            if wp.compression_config.mode != self._mode or not (isinstance(axes, int) or len(axes) == 1):
+                continue  # several reduction axes: rounding
+            node_statistics = None if statistics is None else statistics.get(wp.node_with_weight.node_name)
+            keep_rtn = self._rtn_value_projections and self._is_attention_value(graph, wp.node_with_weight)
+            keep_rtn = keep_rtn and not (self._output_guard and node_statistics is not None)
+            if not keep_rtn or node_statistics is not None:
+                planned.append((wp, keep_rtn, node_statistics))
+        with_statistics = [item[0] for item in planned if item[2] is not None]
+        if self._output_guard and with_statistics:
+            se = self._scale_estimation_params
+            algorithm = ScaleEstimation(se.subset_size, se.initial_steps, se.scale_steps, se.weight_penalty)
+            self._references = algorithm.apply(model, graph, with_statistics, statistics, self._backend_entity)
+        return {
+            item[0].weight_name: self._compress_planned(model, graph, item)
+            for item in track(planned, description="Applying HQQ")
+        }
+
+    def _compress_planned(self, model: TModel, graph: NNCFGraph, planned: tuple) -> CompressedWeight:
+        wp, keep_rtn, statistics = planned
+        weight = self._backend_entity.get_weight(wp.node_with_weight, wp.weight_port_id, model, graph)
+        _, axis = get_reduction_channel_size(weight.shape, wp.reduction_axes)
+        axis = axis % weight.ndim
+        float_weight = _as_float32_numpy(weight)
+        importance = self._input_importance(model, graph, wp.node_with_weight, weight.shape[axis])
+        result = self.compress(float_weight, axis, wp.compression_config, importance, keep_rtn)
+        if statistics is not None:
+            activations = self._calibration_inputs(graph, wp, statistics)
+            result = self.refine_on_activations(float_weight, axis, wp.compression_config, activations, result)
+            if self._output_guard:
+                reference = self._references.get(wp.weight_name)
+                config = wp.compression_config
+                result = self._guard_on_outputs(float_weight, axis, config, activations, result, reference)
+        zero_point = result.zero_point
+        if zero_point.dtype.is_float():  # the writers store a float16 one as it is
+            zero_point = zero_point.astype(TensorDataType.float16)
+        tensors = (result.tensor, result.scale, zero_point)
+        if weight.backend != TensorBackend.numpy:
+            tensors = tuple(fns.as_tensor_like(weight, t.data) for t in tensors)
+        return CompressedWeight(*tensors)
+
+    def calculate_quantization_params(
+        self, weight: Tensor, reduction_axes: ReductionAxes, config: WeightCompressionConfig
+    ) -> CompressedWeight:
+        """
+        HQQ's scale and float zero point of one weight, in the shape NNCF's quantization expects for the config.
+
+        :param weight: The weight, a tensor of the model's backend (it stays on its device).
+        :param reduction_axes: The axis along which the weight's groups lie.
+        :param config: The compression config (INT4_ASYM or INT8_ASYM).
+        :return: A CompressedWeight holding no codes, the scale and the float16 zero point.
+        """
+        if weight.backend == TensorBackend.ov:
+            weight = weight.as_numpy_tensor()
+        weight = weight.astype(TensorDataType.float32)
+        if config.group_size == -1:
+            _, axis = get_reduction_channel_size(weight.shape, reduction_axes)
+        else:
+            weight, axis = reshape_weight_for_grouped_quantization(weight, reduction_axes, config.group_size)
+        inverse_scale, zero = solve_zero_point(weight, axis, config.num_bits, self._num_iterations)
+        if self._refinement_steps:
+            inverse_scale, zero = refine_least_squares(
+                weight, inverse_scale, zero, axis, config.num_bits, self._refinement_steps, preserve_extremes=True
+            )
+        scale, zero_point = stored_scale_zero_point(1.0 / inverse_scale, zero)
+        return CompressedWeight(None, scale, zero_point.astype(TensorDataType.float16))
+
+    def compress(
+        self,
+        weight: Tensor,
+        reduction_axis: int,
+        config: WeightCompressionConfig,
+        importance: Tensor | None = None,
+        keep_rtn: bool = False,
+    ) -> CompressedWeight:
+        """
+        Data-free HQQ of a float32 weight (round-to-nearest with keep_rtn), the error of each input channel weighted
+        by the importance.
+        """
+        grouped, axis = split_into_groups(weight, reduction_axis, config.group_size)
+        weights = None
+        if importance is not None:
+            shape = [1] * weight.ndim
+            shape[reduction_axis] = importance.size
+            weights, _ = split_into_groups(importance.reshape(tuple(shape)), reduction_axis, config.group_size)
+        result = self._compress_asymmetric(grouped, axis, config.num_bits, weights, keep_rtn)
+        if not self._unit_gain or keep_rtn:
+            return result
+        return with_unit_gain(grouped, result, axis)
+
+    def _compress_asymmetric(
+        self, grouped: Tensor, axis: int, num_bits: int, weights: Tensor | None, keep_rtn: bool
+    ) -> CompressedWeight:
+        rtn = to_compressed_weight(grouped, *rtn_scale_zero_point(grouped, axis, num_bits), num_bits, True)
+        if keep_rtn:
+            return rtn
+        inverse_scale, zero = solve_zero_point(grouped, axis, num_bits, self._num_iterations)
+        steps = self._refinement_steps
+        if steps:
+            inverse_scale, zero = refine_least_squares(grouped, inverse_scale, zero, axis, num_bits, steps, weights, True)
+        result = to_compressed_weight(grouped, 1.0 / inverse_scale, zero, num_bits, False)
+        errors = (stored_group_error(grouped, compressed, axis, weights) for compressed in (result, rtn))
+        return choose_per_group(next(errors) <= next(errors), result, rtn)
+
+    def refine_on_activations(
+        self,
+        weight: Tensor,
+        reduction_axis: int,
+        config: WeightCompressionConfig,
+        activations: Tensor,
+        compressed: CompressedWeight,
+    ) -> CompressedWeight:
+        """
+        The compressed weight with its scales refined on calibration inputs [in, samples] ([experts, in, samples] for
+        a 3-D weight), its zero points kept.
+        """
+        integer_zero_point = compressed.zero_point.dtype == TensorDataType.int32
+        group_size = config.group_size if config.group_size != -1 else weight.shape[reduction_axis]
+        canonical, _ = split_into_groups(fns.moveaxis(weight, reduction_axis, -1), -1, group_size)
+        to_canonical, from_canonical = _group_layout_moves(config.group_size, reduction_axis)
+        inverse_scale = 1.0 / to_canonical(compressed.scale)
+        zero = to_canonical(compressed.zero_point.astype(TensorDataType.float32))
+        inputs = activations.reshape((*activations.shape[:-2], -1, group_size, activations.shape[-1]))
+        if inputs.shape[-1] > group_size:
+            inputs = equivalent_inputs(inputs)
+        inverse_scale = refine_scale_on_activations(
+            canonical, inverse_scale, zero, inputs, config.num_bits, SCALE_ESTIMATION_STEPS, SCALE_ESTIMATION_FACTORS
+        )
+        grouped, _ = split_into_groups(weight, reduction_axis, config.group_size)
+        # C-contiguous copies: OpenVINO constants are built from the raw buffer
+        scale, zero_point = (fns.flatten(t).reshape(t.shape) for t in map(from_canonical, (1.0 / inverse_scale, zero)))
+        return to_compressed_weight(grouped, scale, zero_point, config.num_bits, integer_zero_point)
+
+    def _calibration_inputs(
+        self, graph: NNCFGraph, wp: WeightCompressionParameters, statistics: WCTensorStatistic
+    ) -> Tensor:
+        """
+        The calibration inputs [in, samples] of a weight: its token rows when collected, else subset_size means.
+        """
+        token_rows = self.token_statistics.get(wp.node_with_weight.node_name)
+        if token_rows is not None:
+            return _as_float32_numpy(process_stats(token_rows, -1)[1])
+        activation_axis, _ = self._backend_entity.get_activation_channel_axis_and_shape(graph, wp.node_with_weight)
+        return _as_float32_numpy(process_stats(statistics, self._subset_size, act_ch_axis=activation_axis)[1])
+
+    def _guard_on_outputs(
+        self,
+        weight: Tensor,
+        reduction_axis: int,
+        config: WeightCompressionConfig,
+        activations: Tensor,
+        candidate: CompressedWeight,
+        reference: CompressedWeight | None,
+    ) -> CompressedWeight:
+        """
+        Every output row from HQQ's candidate, NNCF's Scale Estimation (reference) or round-to-nearest, whichever
+        has the least output error on the activations.
+        """
+        grouped, axis = split_into_groups(weight, reduction_axis, config.group_size)
+        num_bits = config.num_bits
+        rtn = to_compressed_weight(grouped, *rtn_scale_zero_point(grouped, axis, num_bits), num_bits, True)
+        candidates = [candidate, rtn]
+        if reference is not None and reference.scale is not None:
+            scale, zero_point = (_as_float32_numpy(t) for t in (reference.scale, reference.zero_point))
+            candidates.insert(1, to_compressed_weight(grouped, scale, zero_point, num_bits, True))
+        if activations.shape[-1] > activations.shape[-2]:
+            activations = equivalent_inputs(activations)
+        return choose_per_row(weight, candidates, activations, reduction_axis, config.group_size != -1)[0]
+
+    def _input_importance(self, model: TModel, graph: NNCFGraph, node: NNCFNode, channels: int) -> Tensor | None:
+        """The expected energy gamma^2 + beta^2 of the input channels of a layer fed by x_hat * gamma + beta."""
+        if node.metatype not in self._backend_entity.matmul_metatypes:
+            return None
+        affine = self._backend_entity.get_normalization_affine(model, graph, node, channels)
+        if affine is None:
+            return None
+        gamma, beta = (None if t is None else _as_float32_numpy(t).reshape((-1,)) for t in affine)
+        energy = gamma.astype(TensorDataType.float64) ** 2
+        if beta is not None:
+            energy = energy + beta.astype(TensorDataType.float64) ** 2
+        if not fns.all(fns.abs(energy) < float("inf")):
+            return None
+        return (energy + IMPORTANCE_FLOOR * fns.mean(energy)).astype(TensorDataType.float32)
+
+    def _is_attention_value(self, graph: NNCFGraph, node: NNCFNode) -> bool:
+        """
+        Whether the layer's output reaches an attention's values through no other MatMul: the value port of a scaled
+        dot-product attention, or the second operand of a MatMul whose first operand is a softmax.
+
+        :param graph: Model graph.
+        :param node: The layer with the weight.
+        """
+        backend = self._backend_entity
+        frontier, seen = [node], {node.node_key}
+        while frontier:
+            for edge in graph.get_output_edges(frontier.pop()):
+                consumer, port = edge.to_node, edge.input_port_id
+                if consumer.metatype in backend.scaled_dot_product_attention_metatypes:
+                    return port == ATTENTION_VALUE_PORT
+                if consumer.metatype in backend.matmul_metatypes:
+                    first = graph.get_input_edge_by_port_id(consumer, 0).from_node if port == 1 else None
+                    if first is not None and first.metatype in backend.softmax_metatypes:
+                        return True
+                elif consumer.metatype not in backend.shapeof_metatypes and consumer.node_key not in seen:
+                    seen.add(consumer.node_key)
+                    frontier.append(consumer)
+        return False
+
+
+def _as_float32_numpy(tensor: Tensor) -> Tensor:
+    if tensor.backend == TensorBackend.ov:
+        tensor = tensor.as_numpy_tensor()
+    elif tensor.backend != TensorBackend.numpy:
+        tensor = tensor.astype(TensorDataType.float32).as_numpy_tensor()
+    return tensor if tensor.dtype == TensorDataType.float32 else tensor.astype(TensorDataType.float32)
+
+
+def _group_layout_moves(group_size: int, axis: int) -> tuple[Callable[[Tensor], Tensor], Callable[[Tensor], Tensor]]:
+    """The maps of per-group parameters from NNCF's grouped layout to [..., out, groups, 1] and back."""
+    if group_size == -1:
+        return lambda t: fns.moveaxis(t, axis, -1)[..., None], lambda t: fns.moveaxis(t[..., 0], -1, axis)
+    return lambda t: fns.moveaxis(t, (axis, axis + 1), (-2, -1)), lambda t: fns.moveaxis(t, (-2, -1), (axis, axis + 1))
