@@ -52,7 +52,7 @@ from nncf_hqq.kernels.runtime import stack_columns
 from nncf_hqq.kernels.runtime import tensor_fallback_reason
 from nncf_hqq.kernels.runtime import true_divide
 from nncf_hqq.maths.core import MAX_ABS_ZERO
-from nncf_hqq.maths.core import MAX_INVERSE_SCALE
+from nncf_hqq.maths.core import MIN_GROUP_RANGE
 from nncf_hqq.maths.core import dequantize
 from nncf_hqq.maths.core import levels_max
 from nncf_hqq.maths.core import mean_absolute_error
@@ -552,7 +552,7 @@ def min_max_init_nodes(w_min: ov.Node, w_max: ov.Node, q_max: float) -> tuple[ov
     f32 as numpy rounds them, the division kept a division), so the same values bit for bit."""
     zero_range = opset.multiply(opset.abs(w_min), opset.constant(np.float32(q_max / MAX_ABS_ZERO)))
     widened = opset.maximum(opset.subtract(w_max, w_min), zero_range)
-    floor = opset.constant(np.float32(q_max / MAX_INVERSE_SCALE))
+    floor = opset.constant(np.float32(MIN_GROUP_RANGE))
     inverse_scale = true_divide(opset.constant(np.float32(q_max)), opset.maximum(widened, floor))
     return inverse_scale, opset.multiply(opset.negative(w_min), inverse_scale)
 
