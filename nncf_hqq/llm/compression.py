@@ -17,13 +17,15 @@ import openvino as ov
 
 import nncf_hqq
 from nncf_hqq._nncf import WeightCompression
-from nncf_hqq.llm import stand_in as int8
 from nncf_hqq.llm.layout import read_model
 from nncf_hqq.llm.options import GROUP_SIZE_DEFAULT_TEXT
 from nncf_hqq.llm.options import SELF_CALIBRATION_MODES
 from nncf_hqq.llm.options import CompressionOptions
 from nncf_hqq.llm.options import JobError
 from nncf_hqq.llm.sanity import generation_bos_token_id
+from nncf_hqq.llm.stand_in import running
+from nncf_hqq.llm.stand_in import runs_in_place_of_float
+from nncf_hqq.llm.stand_in import statistics_collected_on
 from nncf_hqq.llm.timing import COMPRESSION_PHASE
 from nncf_hqq.llm.timing import LOADING_PHASE
 from nncf_hqq.llm.timing import SELF_CALIBRATION_PHASE
@@ -116,12 +118,12 @@ def compress_timed(
     if dataset is None and options.self_calibration is not None and isinstance(model, ov.Model):
         with timer.step(SELF_CALIBRATION_PHASE):
             generator = model
-            if int8.runs_in_place_of_float(stand_in, SELF_CALIBRATION_PHASE) and stand_in is not None:
+            if runs_in_place_of_float(stand_in, SELF_CALIBRATION_PHASE) and stand_in is not None:
                 generator = read_model(stand_in)
-            with int8.running(stand_in):
+            with running(stand_in):
                 dataset = self_calibration_dataset(generator, options.self_calibration)
             del generator
-    with timer.step(COMPRESSION_PHASE), statistics_timed(timer), int8.statistics_collected_on(stand_in):
+    with timer.step(COMPRESSION_PHASE), statistics_timed(timer), statistics_collected_on(stand_in):
         return compress_model(model, options, dataset)
 
 
