@@ -52,8 +52,11 @@ NNCF_INTERNALS_ALLOWED = (
     "nncf_hqq._nncf",
     "nncf_hqq",
     "nncf_hqq.maths.core",
+    "nncf_hqq.maths.data_free_steps",
     "nncf_hqq.maths.guard",
     "nncf_hqq.maths.integer",
+    "nncf_hqq.maths.scale_on_data",
+    "nncf_hqq.maths.zero_point_solver",
     "nncf_hqq.statistics",
 )
 
