@@ -28,6 +28,7 @@ Parts (``--parts``):
 from __future__ import annotations
 
 import argparse
+import ast
 import fcntl
 import hashlib
 import importlib.abc
@@ -41,6 +42,7 @@ import time
 from collections.abc import Iterator
 from collections.abc import Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +73,8 @@ class _ForbidNNCFHQQ(importlib.abc.MetaPathFinder):
 
 
 def compress_worker(argv: list[str]) -> None:
-    """``IR OUT GROUP_SIZE [--hqq] [--all-layers] [--tree DIR]``: prints the seconds of ``compress_weights``."""
+    """``IR OUT GROUP_SIZE [--hqq] [--all-layers] [--tree DIR] [--hqq-param FIELD=VALUE]...``: prints the seconds of
+    ``compress_weights``."""
     sys.meta_path.insert(0, _ForbidNNCFHQQ())
     import nncf
     import openvino as ov
@@ -85,6 +88,12 @@ def compress_worker(argv: list[str]) -> None:
     options: dict[str, Any] = {"hqq": True} if "--hqq" in argv else {}
     if "--all-layers" in argv:
         options["all_layers"] = True
+    hqq_params = dict(parse_param(argv[i + 1]) for i, arg in enumerate(argv) if arg == "--hqq-param")
+    if hqq_params:
+        from nncf.quantization.advanced_parameters import AdvancedCompressionParameters
+        from nncf.quantization.advanced_parameters import AdvancedHQQParameters
+
+        options["advanced_parameters"] = AdvancedCompressionParameters(hqq_params=AdvancedHQQParameters(**hqq_params))
     start = time.perf_counter()
     model = nncf.compress_weights(
         model,
@@ -103,6 +112,39 @@ def compress_worker(argv: list[str]) -> None:
 # --------------------------------------------------------------------------------------------------------------------
 # The parent
 # --------------------------------------------------------------------------------------------------------------------
+def parse_param(text: str) -> tuple[str, Any]:
+    """``FIELD=VALUE`` of ``AdvancedHQQParameters`` -> (field, value); the value is a Python literal."""
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        msg = f"{text!r} is not FIELD=VALUE"
+        raise ValueError(msg)
+    return name, ast.literal_eval(value)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One compressed row: the tree that compresses (None: the installed nncf's RTN) and the ``AdvancedHQQParameters``
+    fields it sets (an ablation row)."""
+
+    tree: Path | None
+    hqq_params: tuple[str, ...] = ()
+
+
+def parse_ablations(text: str, trees: dict[str, Path]) -> dict[str, Row]:
+    """``TREE:FIELD=VALUE,...`` -> {"TREE FIELD=VALUE": Row}: the tree with one of its HQQ parameters changed."""
+    rows: dict[str, Row] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, sep, param = item.partition(":")
+        if not sep or name not in trees:
+            msg = f"--ablations: {item!r} is not TREE:FIELD=VALUE with TREE in --trees"
+            raise ValueError(msg)
+        parse_param(param)
+        rows[f"{name} {param}"] = Row(trees[name], (param,))
+    return rows
+
+
 def parse_trees(text: str) -> dict[str, Path]:
     """``NAME=DIR,...`` -> {name: DIR}; every DIR must hold ``src/nncf``; ``rtn`` is taken by the installed NNCF."""
     trees: dict[str, Path] = {}
@@ -123,24 +165,26 @@ def parse_trees(text: str) -> dict[str, Path]:
     return trees
 
 
-def child_command(ir: Path, out: Path | str, group_size: int, tree: Path | None, all_layers: bool) -> list[str]:
+def child_command(ir: Path, out: Path | str, group_size: int, row: Row, all_layers: bool) -> list[str]:
     """The child's command line: ``hqq=True`` exactly when a tree is given."""
     command = [sys.executable, str(Path(__file__).resolve()), WORKER, str(ir), str(out), str(group_size)]
-    if tree is not None:
-        command += ["--hqq", "--tree", str(tree.resolve())]
+    if row.tree is not None:
+        command += ["--hqq", "--tree", str(row.tree.resolve())]
+    for param in row.hqq_params:
+        command += ["--hqq-param", param]
     return command + ["--all-layers"] * all_layers
 
 
-def compress(ir: Path, out: Path | str, group_size: int, tree: Path | None, all_layers: bool = False) -> float:
+def compress(ir: Path, out: Path | str, group_size: int, row: Row, all_layers: bool = False) -> float:
     """Runs one child (``tree/src`` alone on its ``PYTHONPATH``, or none for the installed nncf); its seconds."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    if tree is not None:
-        env["PYTHONPATH"] = str((tree / "src").resolve())
+    if row.tree is not None:
+        env["PYTHONPATH"] = str((row.tree / "src").resolve())
     done = subprocess.run(
-        child_command(ir, out, group_size, tree, all_layers), env=env, capture_output=True, text=True, check=False
+        child_command(ir, out, group_size, row, all_layers), env=env, capture_output=True, text=True, check=False
     )
     if done.returncode != 0:
-        sys.exit(f"compression failed ({tree or 'installed nncf'}, {ir.name}):\n{done.stderr[-3000:]}")
+        sys.exit(f"compression failed ({row.tree or 'installed nncf'}, {ir.name}):\n{done.stderr[-3000:]}")
     return float(done.stdout.strip().splitlines()[-1])
 
 
@@ -177,7 +221,7 @@ def held(lock: str | None) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def llm_part(model: str, rows: dict[str, Path | None], tmp: Path, reused: dict[str, Any] | None) -> dict[str, Any]:
+def llm_part(model: str, rows: dict[str, Row], tmp: Path, reused: dict[str, Any] | None) -> dict[str, Any]:
     import openvino as ov
     from _sequential import evaluate_against
     from _sequential import reference_log_probs
@@ -199,11 +243,11 @@ def llm_part(model: str, rows: dict[str, Path | None], tmp: Path, reused: dict[s
     seconds: dict[str, float] = {}
     if reused is not None:
         metrics["rtn"], seconds["rtn"] = reused["metrics"]["rtn"], reused["compress_seconds"]["rtn"]
-    for name, tree in rows.items():
+    for name, row in rows.items():
         if name in metrics:
             continue
         out = tmp / f"{model}_{name}.xml"
-        seconds[name] = compress(ir_xml(ir_dir), out, group_size, tree)
+        seconds[name] = compress(ir_xml(ir_dir), out, group_size, row)
         metrics[name] = evaluate_against(ov.Core().read_model(out), windows, reference)
         out.unlink()
         out.with_suffix(".bin").unlink()
@@ -214,7 +258,7 @@ def llm_part(model: str, rows: dict[str, Path | None], tmp: Path, reused: dict[s
     return {"group_size": group_size, "windows": count, "metrics": metrics, "compress_seconds": seconds}
 
 
-def encoder_part(model: str, rows: dict[str, Path | None], tmp: Path, reused: dict[str, Any] | None) -> dict[str, Any]:
+def encoder_part(model: str, rows: dict[str, Row], tmp: Path, reused: dict[str, Any] | None) -> dict[str, Any]:
     import numpy as np
     import openvino as ov
 
@@ -238,11 +282,11 @@ def encoder_part(model: str, rows: dict[str, Path | None], tmp: Path, reused: di
     seconds: dict[str, float] = {}
     if reused is not None:
         metrics["rtn"], seconds["rtn"] = reused["metrics"]["rtn"], reused["compress_seconds"]["rtn"]
-    for name, tree in rows.items():
+    for name, row in rows.items():
         if name in metrics:
             continue
         out = tmp / f"{model}_{name}.xml"
-        seconds[name] = compress(ir_xml(ir_dir), out, group_size, tree)
+        seconds[name] = compress(ir_xml(ir_dir), out, group_size, row)
         embeddings = mean_pooled(compile_model(ov.Core().read_model(out), ENCODER_CONFIG), tokenizer, lines)
         cosines = cosine_rows(reference, embeddings)
         metrics[name] = {"cosine": float(np.mean(cosines)), "cosine_min": float(np.min(cosines))}
@@ -252,7 +296,7 @@ def encoder_part(model: str, rows: dict[str, Path | None], tmp: Path, reused: di
     return {"group_size": group_size, "lines": len(lines), "metrics": metrics, "compress_seconds": seconds}
 
 
-def time_part(rows: dict[str, Path | None], repeats: int, tmp: Path) -> dict[str, Any]:
+def time_part(rows: dict[str, Row], repeats: int, tmp: Path) -> dict[str, Any]:
     import inference
     import openvino as ov
 
@@ -268,8 +312,8 @@ def time_part(rows: dict[str, Path | None], repeats: int, tmp: Path) -> dict[str
     for model, (ir, group_size, all_layers) in models.items():
         runs: dict[str, list[float]] = {name: [] for name in rows}
         for _ in range(repeats):
-            for name, tree in rows.items():
-                runs[name].append(compress(ir, "-", group_size, tree, all_layers))
+            for name, row in rows.items():
+                runs[name].append(compress(ir, "-", group_size, row, all_layers))
         medians = median_alternated(runs)
         ratios = {name: medians[name] / medians["rtn"] for name in rows}
         results[model] = {"runs": runs, "median_seconds": medians, "ratio_to_rtn": ratios}
@@ -285,22 +329,22 @@ def print_tables(record: dict[str, Any]) -> None:
             continue
         part = parts[model]
         print(f"\n{model}, INT4_ASYM g{part['group_size']}, {part['windows']} windows")
-        print(f"{'row':<10}{'PPL':>9}{'gap closed':>12}{'KL':>9}{'top-1':>9}{'compress s':>12}")
+        print(f"{'row':<34}{'PPL':>9}{'gap closed':>12}{'KL':>9}{'top-1':>9}{'compress s':>12}")
         for name, values in part["metrics"].items():
             closed = "" if name in ("float", "rtn") else f"{values['ppl_gap_closed']:.0%}"
             seconds = part["compress_seconds"].get(name)
             shown = "" if seconds is None else f"{seconds:.1f}"
-            print(f"{name:<10}{values['ppl']:>9.2f}{closed:>12}{values['kl']:>9.4f}{values['top1']:>9.4f}{shown:>12}")
+            print(f"{name:<34}{values['ppl']:>9.2f}{closed:>12}{values['kl']:>9.4f}{values['top1']:>9.4f}{shown:>12}")
     for model in ("minilm", "mpnet"):
         if model not in parts:
             continue
         part = parts[model]
         print(f"\n{model}, INT4_ASYM g{part['group_size']}, {part['lines']} lines")
-        print(f"{'row':<10}{'cosine':>10}{'min':>10}{'gap closed':>12}{'compress s':>12}")
+        print(f"{'row':<34}{'cosine':>10}{'min':>10}{'gap closed':>12}{'compress s':>12}")
         for name, values in part["metrics"].items():
             closed = "" if name == "rtn" else f"{values['cosine_gap_closed']:.0%}"
             print(
-                f"{name:<10}{values['cosine']:>10.5f}{values['cosine_min']:>10.5f}{closed:>12}"
+                f"{name:<34}{values['cosine']:>10.5f}{values['cosine_min']:>10.5f}{closed:>12}"
                 f"{part['compress_seconds'][name]:>12.1f}"
             )
     if "time" in parts:
@@ -369,6 +413,11 @@ def main(argv: list[str] | None = None) -> None:
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trees", required=True, help="NAME=DIR,...: built trees holding DIR/src/nncf")
+    parser.add_argument(
+        "--ablations",
+        default="",
+        help="TREE:FIELD=VALUE,...: accuracy rows of a tree with one AdvancedHQQParameters field changed",
+    )
     parser.add_argument("--timed", default="", help="NAME,...: the trees timed against RTN (default: all)")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"any of {','.join(PARTS)}")
     parser.add_argument("--repeats", type=int, default=3)
@@ -399,7 +448,11 @@ def main(argv: list[str] | None = None) -> None:
     from nncf_hqq.llm.cpu import this_cpu
 
     cpu = this_cpu()
-    rows: dict[str, Path | None] = {"rtn": None, **trees}
+    try:
+        ablations = parse_ablations(args.ablations, trees)
+    except ValueError as error:
+        parser.error(str(error))
+    rows = {"rtn": Row(None), **{name: Row(tree) for name, tree in trees.items()}, **ablations}
     record: dict[str, Any] = {
         "command": " ".join(["python benchmarks/upstream_evidence.py", *argv]),
         "trees": {name: tree_identity(tree) for name, tree in trees.items()},
@@ -420,7 +473,7 @@ def main(argv: list[str] | None = None) -> None:
             elif part in ("minilm", "mpnet"):
                 record["parts"][part] = encoder_part(part, rows, Path(tmp), reused.get(part))
             else:
-                timed_rows = {"rtn": None, **{name: trees[name] for name in timed}}
+                timed_rows = {"rtn": Row(None), **{name: Row(trees[name]) for name in timed}}
                 record["parts"]["time"] = time_part(timed_rows, args.repeats, Path(tmp))
             print(f"[{part} done in {time.perf_counter() - start:.0f} s]", flush=True)
             if args.out:  # written after every part: a long run keeps what it measured

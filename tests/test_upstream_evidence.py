@@ -59,11 +59,29 @@ def test_parse_trees_refuses_a_dir_without_nncf(tmp_path: Path) -> None:
 
 
 def test_child_turns_hqq_on_exactly_for_a_tree(tmp_path: Path) -> None:
-    rtn = evidence.child_command(Path("m.xml"), "-", 64, None, False)
-    tree = evidence.child_command(Path("m.xml"), "-", 64, tmp_path, True)
+    rtn = evidence.child_command(Path("m.xml"), "-", 64, evidence.Row(None), False)
+    tree = evidence.child_command(Path("m.xml"), "-", 64, evidence.Row(tmp_path), True)
     assert "--hqq" not in rtn and "--tree" not in rtn and "--all-layers" not in rtn
     assert tree[tree.index("--tree") + 1] == str(tmp_path.resolve())
-    assert "--hqq" in tree and "--all-layers" in tree
+    assert "--hqq" in tree and "--all-layers" in tree and "--hqq-param" not in tree
+
+
+def test_ablation_rows_pass_their_parameter_to_the_child(tmp_path: Path) -> None:
+    rows = evidence.parse_ablations("core:num_iterations=0, core:rtn_value_projections=False", {"core": tmp_path})
+    assert list(rows) == ["core num_iterations=0", "core rtn_value_projections=False"]
+    child = evidence.child_command(Path("m.xml"), "-", 64, rows["core num_iterations=0"], False)
+    assert child[child.index("--hqq-param") + 1] == "num_iterations=0"
+    assert evidence.parse_param("rtn_value_projections=False") == ("rtn_value_projections", False)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("pr:num_iterations=0", "TREE in --trees"), ("core", "TREE:FIELD=VALUE"), ("core:=1", "FIELD=VALUE")],
+    ids=["unknown-tree", "no-parameter", "no-field"],
+)
+def test_parse_ablations_refuses(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        evidence.parse_ablations(text, {"core": tmp_path})
 
 
 def test_gap_closed() -> None:
