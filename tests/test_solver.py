@@ -15,11 +15,12 @@ from nncf.tensor import functions as fns
 
 from nncf_hqq.maths.core import dequantize
 from nncf_hqq.maths.core import least_squares_scale_zero
+from nncf_hqq.maths.core import min_max_init_for_range
+from nncf_hqq.maths.core import optimize_zero_point
 from nncf_hqq.maths.core import quantize
 from nncf_hqq.maths.core import refine_least_squares
 from nncf_hqq.maths.core import split_into_groups
 from nncf_hqq.maths.core import weighted_mean
-from nncf_hqq.maths.core import zero_point_update
 from nncf_hqq.maths.integer import floor_symmetric_scale_to_extremes
 from nncf_hqq.maths.integer import least_squares_scale_for_zero
 from nncf_hqq.maths.integer import refine_symmetric_scale
@@ -33,6 +34,7 @@ from nncf_hqq.maths.solver import optimize_scale_proximal
 from nncf_hqq.maths.solver import refine_scale_and_zero
 from nncf_hqq.maths.solver import shrink_free_bound
 from nncf_hqq.maths.solver import shrink_lp
+from nncf_hqq.maths.solver import zero_point_update
 from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import HQQ_REFERENCE
 from nncf_hqq.parameters import EarlyStopScope
@@ -133,6 +135,36 @@ def test_zero_point_update_is_group_mean_of_residual() -> None:
     codes = np.array([[1.0, 2.0, 3.0, 5.0]], dtype=np.float32)
     z = zero_point_update(Tensor(w), Tensor(codes), Tensor(np.ones((1, 1), np.float32)), 1)
     np.testing.assert_allclose(z.data, [[1.25]])
+
+
+def zero_point_iterations_on_every_group(w: np.ndarray, s: np.ndarray, z: np.ndarray, iterations: int) -> np.ndarray:
+    """HQQ's zero-point loop as published (every group in every iteration, the tensor's mean absolute error decides
+    the stop and the best iterate), 4 bits, groups along the last axis."""
+    best_zero, best_error = z, np.inf
+    for _ in range(iterations):
+        codes = np.clip(np.round(w * s + z), 0, 15)
+        error = np.abs(w - (codes - z) / s).mean()
+        if not error < best_error:
+            break
+        best_zero, best_error = z, error
+        z = (codes - w * s).mean(axis=-1, keepdims=True)
+    return best_zero
+
+
+@pytest.mark.parametrize("axis", [2, 1, 0], ids=["groups-last", "groups-middle", "groups-first"])
+@pytest.mark.parametrize("iterations", [1, 3, 20])
+def test_zero_point_iterations_on_moving_groups_only_equal_every_group(axis: int, iterations: int) -> None:
+    w = (np.random.default_rng(iterations).standard_t(4, (24, 6, 32)) * 0.02).astype(np.float32)
+    w = np.moveaxis(w, 2, axis)
+    w_min, w_max = w.min(axis, keepdims=True), w.max(axis, keepdims=True)
+    s, z = min_max_init_for_range(Tensor(w_min), Tensor(w_max), 4)
+    fast = optimize_zero_point(Tensor(w), s, z, axis, 4, iterations).data
+    moved = [np.moveaxis(x, axis, -1) for x in (w, s.data, z.data)]
+    oracle = np.moveaxis(zero_point_iterations_on_every_group(*moved, iterations), -1, axis)
+    assert fast.shape == oracle.shape
+    np.testing.assert_allclose(fast, oracle, rtol=0, atol=1e-5)  # equal but for the order of each group's sum
+    if axis == 2:
+        np.testing.assert_array_equal(fast, oracle)
 
 
 @st.composite
@@ -249,7 +281,8 @@ def test_least_squares_recovers_an_exact_affine_map() -> None:
     slope, intercept = 0.125, -0.75  # W = 0.125 * q - 0.75  =>  s = 8, z = 6
     weight = codes * slope + intercept
     previous = (Tensor(np.ones((1, 1), np.float32)), Tensor(np.zeros((1, 1), np.float32)))
-    s, z = least_squares_scale_zero(weight, codes, 1, None, previous)
+    mean = fns.mean(weight, axis=1, keepdims=True)
+    s, z = least_squares_scale_zero(mean, weight - mean, codes, 1, None, previous)
     np.testing.assert_allclose(s.data, [[8.0]], rtol=1e-6)
     np.testing.assert_allclose(z.data, [[6.0]], rtol=1e-6)
     s_fixed = least_squares_scale_for_zero(weight, codes, Tensor(np.full((1, 1), 6.0, np.float32)), 1, None, s)
@@ -260,7 +293,8 @@ def test_least_squares_keeps_previous_parameters_for_degenerate_groups() -> None
     codes = Tensor(np.full((1, 4), 5.0, dtype=np.float32))
     weight = Tensor(np.array([[0.1, 0.2, 0.3, 0.4]], dtype=np.float32))
     previous = (Tensor(np.full((1, 1), 2.0, np.float32)), Tensor(np.full((1, 1), 1.0, np.float32)))
-    s, z = least_squares_scale_zero(weight, codes, 1, None, previous)
+    mean = fns.mean(weight, axis=1, keepdims=True)
+    s, z = least_squares_scale_zero(mean, weight - mean, codes, 1, None, previous)
     assert s.data.item() == 2.0 and z.data.item() == 1.0
 
 

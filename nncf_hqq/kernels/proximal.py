@@ -58,12 +58,12 @@ from nncf_hqq.maths.core import levels_max
 from nncf_hqq.maths.core import mean_absolute_error
 from nncf_hqq.maths.core import min_max_init_for_range
 from nncf_hqq.maths.core import quantize
-from nncf_hqq.maths.core import zero_point_update
 from nncf_hqq.maths.solver import SHRINK_EPS
 from nncf_hqq.maths.solver import SHRINK_MARGIN
 from nncf_hqq.maths.solver import hqq_solve
 from nncf_hqq.maths.solver import shrink_free_bound
 from nncf_hqq.maths.solver import shrink_lp
+from nncf_hqq.maths.solver import zero_point_update
 from nncf_hqq.parameters import EarlyStopScope
 from nncf_hqq.parameters import HQQParameters
 

@@ -44,7 +44,6 @@ from nncf_hqq.maths.zero_point_solver import refine_least_squares
 from nncf_hqq.maths.zero_point_solver import solve_zero_point
 from nncf_hqq.maths.zero_point_solver import stored_scale_zero_point
 from nncf_hqq.maths.zero_point_solver import weighted_mean
-from nncf_hqq.maths.zero_point_solver import zero_point_update
 
 __all__ = [
     "F16_MAX",
@@ -84,5 +83,4 @@ __all__ = [
     "unit_gain_factor_for_codes",
     "weighted_mean",
     "with_unit_gain",
-    "zero_point_update",
 ]

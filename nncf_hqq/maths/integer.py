@@ -78,9 +78,10 @@ def refine_with_integer_zero(
     """
     weight = weight.astype(TensorDataType.float32)
     zero = fns.clip(fns.round(zero), 0.0, levels_max(num_bits))
+    extremes = (fns.min(weight, axis=axis, keepdims=True), fns.max(weight, axis=axis, keepdims=True))
 
     def project(s: Tensor) -> Tensor:
-        return cap_inverse_scale_to_extremes(weight, s, zero, axis, num_bits) if preserve_extremes else s
+        return cap_inverse_scale_to_extremes(extremes, s, zero, num_bits) if preserve_extremes else s
 
     def codes_and_error(s: Tensor) -> tuple[Tensor, Tensor]:
         codes = quantize(weight, s, zero, num_bits)

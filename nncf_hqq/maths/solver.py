@@ -26,7 +26,6 @@ from nncf_hqq.maths.core import quantize
 from nncf_hqq.maths.core import refine_least_squares
 from nncf_hqq.maths.core import unit_gain
 from nncf_hqq.maths.core import weighted_mean
-from nncf_hqq.maths.core import zero_point_update
 from nncf_hqq.maths.integer import floor_symmetric_scale_to_extremes
 from nncf_hqq.maths.integer import least_squares_symmetric_scale
 from nncf_hqq.maths.integer import optimize_scale
@@ -39,6 +38,22 @@ from nncf_hqq.parameters import HQQParameters
 SHRINK_EPS = 1.0e-8
 #: Relative safety margin of the test that the lp shrinkage is inactive (f32 rounding is ~1e-7).
 SHRINK_MARGIN = 1.0e-4
+
+
+def zero_point_update(
+    weight: Tensor, codes: Tensor, inverse_scale: Tensor, axis: int, importance: Tensor | None = None
+) -> Tensor:
+    """
+    The zero point minimising ||Wq - W * s - z||^2 for fixed codes: the mean of Wq - W * s over every group.
+
+    :param weight: The grouped weight.
+    :param codes: The codes Wq.
+    :param inverse_scale: The inverse scale s of every group.
+    :param axis: The axis of the groups' elements.
+    :param importance: Optional weights of the elements.
+    :return: The zero point of every group.
+    """
+    return weighted_mean(codes - weight * inverse_scale, importance, axis)
 
 
 def shrink_lp(x: Tensor, beta: float, p: float) -> Tensor:

@@ -83,22 +83,6 @@ def weighted_mean(x: Tensor, importance: Tensor | None, axis: int | None) -> Ten
     return fns.sum(x * importance, axis=axis, keepdims=True) / total
 
 
-def zero_point_update(
-    weight: Tensor, codes: Tensor, inverse_scale: Tensor, axis: int, importance: Tensor | None = None
-) -> Tensor:
-    """
-    The zero point minimising ||Wq - W * s - z||^2 for fixed codes: the mean of Wq - W * s over every group.
-
-    :param weight: The grouped weight.
-    :param codes: The codes Wq.
-    :param inverse_scale: The inverse scale s of every group.
-    :param axis: The axis of the groups' elements.
-    :param importance: Optional weights of the elements.
-    :return: The zero point of every group.
-    """
-    return weighted_mean(codes - weight * inverse_scale, importance, axis)
-
-
 def optimize_zero_point(
     weight: Tensor, inverse_scale: Tensor, zero: Tensor, axis: int, num_bits: int, iterations: int
 ) -> Tensor:
@@ -106,6 +90,9 @@ def optimize_zero_point(
     HQQ's zero-point iterations with a fixed scale: nearest codes, then the zero point that fits them, until the mean
     absolute error of the tensor stops decreasing. This is HQQ's half-quadratic solver where its lp shrinkage is
     inactive (no error above its threshold, as on weights of usual magnitude).
+
+    A group whose zero point no longer changes has reached its fixed point (its codes and error stay as they are),
+    so each iteration only computes the groups still moving; most settle within a few iterations.
 
     :param weight: The grouped weight (float32).
     :param inverse_scale: The inverse scale s of every group.
@@ -115,19 +102,24 @@ def optimize_zero_point(
     :param iterations: The maximal number of iterations.
     :return: The zero point of the best iterate.
     """
-    best_error = fns.mean(fns.abs(weight - weight)) + float("inf")
-    best_zero = zero
-    active = fns.zeros_like(best_error) == 0.0
+    moved = fns.moveaxis(weight, axis, -1)  # groups as rows [groups, group size]
+    rows, s, z = (fns.reshape(fns.moveaxis(x, axis, -1), (-1, x.shape[axis])) for x in (weight, inverse_scale, zero))
+    best_zero, group_error, best_error = z.clone(), fns.zeros_like(z), float("inf")
+    moving = fns.arange(z.shape[0], backend=z.backend, device=z.device)
+    scaled = rows * s
     for _ in range(iterations):
-        codes = quantize(weight, inverse_scale, zero, num_bits)
-        error = fns.mean(fns.abs(weight - dequantize(codes, inverse_scale, zero)))
-        improved = (error < best_error) & active
-        best_error, best_zero = fns.where(improved, error, best_error), fns.where(improved, zero, best_zero)
-        zero = fns.where(active, zero_point_update(weight, codes, inverse_scale, axis), zero)
-        active = improved
-        if not fns.any(active):
+        codes = fns.clip(fns.round(scaled + z), 0.0, 2.0**num_bits - 1)
+        group_error[moving] = fns.mean(fns.abs(rows - dequantize(codes, s, z)), axis=1, keepdims=True)
+        error = fns.mean(group_error).item()
+        if not error < best_error:
             break
-    return best_zero
+        best_error, best_zero[moving] = error, z
+        updated = fns.mean(codes - scaled, axis=1, keepdims=True)
+        still = (updated != z)[:, 0]
+        moving, rows, scaled, s, z = moving[still], rows[still], scaled[still], s[still], updated[still]
+        if moving.size == 0:
+            break
+    return fns.moveaxis(fns.reshape(best_zero, (*moved.shape[:-1], 1)), -1, axis)
 
 
 def solve_zero_point(weight: Tensor, axis: int, num_bits: int, iterations: int) -> tuple[Tensor, Tensor]:
@@ -147,13 +139,19 @@ def solve_zero_point(weight: Tensor, axis: int, num_bits: int, iterations: int) 
 
 
 def least_squares_scale_zero(
-    weight: Tensor, codes: Tensor, axis: int, importance: Tensor | None, previous: tuple[Tensor, Tensor]
+    mean_weight: Tensor,
+    centred_weight: Tensor,
+    codes: Tensor,
+    axis: int,
+    importance: Tensor | None,
+    previous: tuple[Tensor, Tensor],
 ) -> tuple[Tensor, Tensor]:
     """
     The best (s, z) for fixed codes, from the regression W ~ a * Wq + b (s = 1 / a, z = -b / a); a group whose codes
     are constant or anti-correlated with the weight keeps its previous (s, z).
 
-    :param weight: The grouped weight.
+    :param mean_weight: The (weighted) mean of every group of the weight.
+    :param centred_weight: The weight minus its mean.
     :param codes: The codes Wq.
     :param axis: The axis of the groups' elements.
     :param importance: Optional weights of the elements.
@@ -161,32 +159,29 @@ def least_squares_scale_zero(
     :return: The inverse scale and the zero point of every group.
     """
     mean_codes = weighted_mean(codes, importance, axis)
-    mean_weight = weighted_mean(weight, importance, axis)
     centred = codes - mean_codes
     variance = weighted_mean(centred * centred, importance, axis)
-    covariance = weighted_mean(centred * (weight - mean_weight), importance, axis)
+    covariance = weighted_mean(centred * centred_weight, importance, axis)
     valid = (variance > 0.0) & (covariance > 0.0)
     slope = fns.where(valid, covariance, 1.0) / fns.where(valid, variance, 1.0)
     return fns.where(valid, 1.0 / slope, previous[0]), fns.where(valid, mean_codes - mean_weight / slope, previous[1])
 
 
 def cap_inverse_scale_to_extremes(
-    weight: Tensor, inverse_scale: Tensor, zero: Tensor, axis: int, num_bits: int
+    extremes: tuple[Tensor, Tensor], inverse_scale: Tensor, zero: Tensor, num_bits: int
 ) -> Tensor:
     """
     The largest s up to the given one that clips neither the minimum nor the maximum of a group: both land within
     half a step of the code range.
 
-    :param weight: The grouped weight.
+    :param extremes: The minimum and the maximum of every group.
     :param inverse_scale: The inverse scale s of every group.
     :param zero: The zero point z of every group.
-    :param axis: The axis of the groups' elements.
     :param num_bits: The number of bits of a code.
     :return: The capped inverse scale.
     """
     q_max = 2.0**num_bits - 1
-    w_min = fns.min(weight, axis=axis, keepdims=True)
-    w_max = fns.max(weight, axis=axis, keepdims=True)
+    w_min, w_max = extremes
     no_cap = q_max / MIN_GROUP_RANGE
     upper = fns.where(w_max > 0.0, (q_max + 0.5 - zero) / fns.where(w_max > 0.0, w_max, 1.0), no_cap)
     lower = fns.where(w_min < 0.0, (zero + 0.5) / fns.where(w_min < 0.0, -w_min, 1.0), no_cap)
@@ -219,9 +214,12 @@ def refine_least_squares(
     :return: The refined inverse scale and zero point.
     """
     weight = weight.astype(TensorDataType.float32)
+    extremes = (fns.min(weight, axis=axis, keepdims=True), fns.max(weight, axis=axis, keepdims=True))
+    mean_weight = weighted_mean(weight, importance, axis)
+    centred_weight = weight - mean_weight
 
     def project(s: Tensor, z: Tensor) -> Tensor:
-        return cap_inverse_scale_to_extremes(weight, s, z, axis, num_bits) if preserve_extremes else s
+        return cap_inverse_scale_to_extremes(extremes, s, z, num_bits) if preserve_extremes else s
 
     def codes_and_error(s: Tensor, z: Tensor) -> tuple[Tensor, Tensor]:
         codes = quantize(weight, s, z, num_bits)
@@ -232,7 +230,9 @@ def refine_least_squares(
     best = (inverse_scale, zero)
     codes, best_error = codes_and_error(inverse_scale, zero)
     for _ in range(rounds):
-        inverse_scale, zero = least_squares_scale_zero(weight, codes, axis, importance, (inverse_scale, zero))
+        inverse_scale, zero = least_squares_scale_zero(
+            mean_weight, centred_weight, codes, axis, importance, (inverse_scale, zero)
+        )
         inverse_scale = project(inverse_scale, zero)
         codes, error = codes_and_error(inverse_scale, zero)
         better = error < best_error
