@@ -224,7 +224,8 @@ def test_split_zero_point_model_generates_what_the_float_zero_point_model_genera
     [
         pytest.param({}, {ov.Type.u4}, "split", id="this-cpu-without-amx"),
         pytest.param({"target_cpu": "amx"}, {ov.Type.f16, ov.Type.u4}, "float", id="target-amx"),
-        pytest.param({"target_cpu": "avx2"}, {ov.Type.u4}, "split", id="target-avx2"),
+        pytest.param({"target_cpu": "avx2-vnni"}, {ov.Type.u4}, "split", id="target-avx2-vnni"),
+        pytest.param({"target_cpu": "avx2"}, {ov.Type.f16, ov.Type.u4}, "float", id="target-avx2-without-vnni"),
         pytest.param({"zero_point": "float"}, {ov.Type.f16, ov.Type.u4}, None, id="zero-point-given"),
     ],
 )

@@ -24,6 +24,10 @@ LAPTOP = """processor\t: 0
 model name\t: 12th Gen Intel(R) Core(TM) i7-1260P
 flags\t\t: fpu sse avx2 avx_vnni
 """
+ZEN2 = """processor\t: 0
+model name\t: AMD EPYC 7B12
+flags\t\t: fpu sse avx2 fma
+"""
 
 
 @pytest.mark.parametrize(
@@ -31,7 +35,8 @@ flags\t\t: fpu sse avx2 avx_vnni
     [
         pytest.param(SAPPHIRE_RAPIDS, "Intel(R) Xeon(R) Platinum 8480+", cpu.AMX, id="xeon-amx"),
         pytest.param(EPYC, "AMD EPYC 9654 96-Core Processor", cpu.AVX512, id="epyc-avx512"),
-        pytest.param(LAPTOP, "12th Gen Intel(R) Core(TM) i7-1260P", cpu.AVX2, id="core-avx2"),
+        pytest.param(LAPTOP, "12th Gen Intel(R) Core(TM) i7-1260P", cpu.AVX2_VNNI, id="core-avx2-vnni"),
+        pytest.param(ZEN2, "AMD EPYC 7B12", cpu.AVX2, id="epyc-avx2-no-vnni"),
         pytest.param("processor\t: 0\n", None, cpu.OTHER, id="no-flags"),
     ],
 )
@@ -57,7 +62,9 @@ def test_isa_record_names_every_flag() -> None:
         pytest.param(EPYC, None, "--zero-point split", id="avx512-float"),
         pytest.param(EPYC, "float", "--zero-point split", id="avx512-float-explicit"),
         pytest.param(EPYC, "split", "split suits", id="avx512-split"),
-        pytest.param(LAPTOP, None, "--zero-point split", id="avx2-float"),
+        pytest.param(LAPTOP, None, "--zero-point split", id="avx2-vnni-float"),
+        pytest.param(ZEN2, None, "float (the default) suits", id="no-vnni-float"),
+        pytest.param(ZEN2, "split", "split ones add operations", id="no-vnni-split"),
     ],
 )
 def test_zero_point_advice(text: str, zero_point: str | None, expected: str) -> None:
@@ -99,17 +106,23 @@ def test_compress_notes_the_zero_point_for_this_cpu(
         pytest.param(cpu.AVX512, 7_000_000_000, "split", id="avx512-7b"),
         pytest.param(cpu.AVX512, cpu.SPLIT_MIN_PARAMETERS, "split", id="avx512-at-threshold"),
         pytest.param(cpu.AVX512, cpu.SPLIT_MIN_PARAMETERS - 1, "float", id="avx512-below-threshold"),
-        pytest.param(cpu.AVX2, 1_500_000_000, "split", id="avx2-1.5b"),
+        pytest.param(cpu.AVX2_VNNI, 1_500_000_000, "split", id="avx2-vnni-1.5b"),
+        pytest.param(cpu.AVX2, 7_000_000_000, "float", id="avx2-no-vnni-7b"),
         pytest.param(cpu.OTHER, 1_500_000_000, "split", id="other-1.5b"),
     ],
 )
 def test_zero_point_for_a_cpu_kind_and_size(kind: str, parameters: int, chosen: str) -> None:
     format_, why = cpu.zero_point_for(kind, parameters)
     assert format_ == chosen
-    small = kind != cpu.AMX and parameters < cpu.SPLIT_MIN_PARAMETERS
+    small = kind not in (cpu.AMX, cpu.AVX2) and parameters < cpu.SPLIT_MIN_PARAMETERS
     assert ("below 1B parameters" in why) == small
 
 
 def test_every_target_cpu_but_this_names_a_kind() -> None:
     assert cpu.TARGET_CPUS["this"] is None
-    assert {kind for name, kind in cpu.TARGET_CPUS.items() if name != "this"} == {cpu.AMX, cpu.AVX512, cpu.AVX2}
+    assert {kind for name, kind in cpu.TARGET_CPUS.items() if name != "this"} == {
+        cpu.AMX,
+        cpu.AVX512,
+        cpu.AVX2_VNNI,
+        cpu.AVX2,
+    }

@@ -166,14 +166,15 @@ def _add_compress_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--zero-point",
         choices=sorted(ZERO_POINT_FORMATS),
-        help="HQQ's zero points (default: the format that suits --target-cpu: float with AMX or below 1B parameters, "
-        "split otherwise)",
+        help="HQQ's zero points (default: the format that suits --target-cpu: split from 1B parameters on CPUs with "
+        "VNNI and without AMX, float otherwise)",
     )
     p.add_argument(
         "--target-cpu",
         choices=tuple(TARGET_CPUS),
         default="this",
-        help="the kind of CPU the model will run on, which picks the zero-point format (default: this one)",
+        help="the kind of CPU the model will run on, which picks the zero-point format (default: this one; avx2: "
+        "without VNNI, avx2-vnni: with it, as Intel's client CPUs since Alder Lake)",
     )
     p.add_argument("--no-hqq", action="store_true", help="plain NNCF (round to nearest) instead of HQQ")
     p.add_argument(
