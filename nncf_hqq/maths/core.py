@@ -12,6 +12,7 @@ from nncf_hqq.maths.data_free_steps import choose_per_group
 from nncf_hqq.maths.data_free_steps import decompress
 from nncf_hqq.maths.data_free_steps import group_inner_product
 from nncf_hqq.maths.data_free_steps import levels_max
+from nncf_hqq.maths.data_free_steps import refine_weighted_least_squares
 from nncf_hqq.maths.data_free_steps import rescaled
 from nncf_hqq.maths.data_free_steps import round_to_f16
 from nncf_hqq.maths.data_free_steps import rtn_scale_zero_point
@@ -23,6 +24,7 @@ from nncf_hqq.maths.data_free_steps import stored_parameters
 from nncf_hqq.maths.data_free_steps import to_compressed_weight
 from nncf_hqq.maths.data_free_steps import unit_gain
 from nncf_hqq.maths.data_free_steps import unit_gain_factor_for_codes
+from nncf_hqq.maths.data_free_steps import weighted_mean
 from nncf_hqq.maths.data_free_steps import with_unit_gain
 from nncf_hqq.maths.integer import keep_best
 from nncf_hqq.maths.integer import mean_absolute_error
@@ -43,7 +45,6 @@ from nncf_hqq.maths.zero_point_solver import quantize
 from nncf_hqq.maths.zero_point_solver import refine_least_squares
 from nncf_hqq.maths.zero_point_solver import solve_zero_point
 from nncf_hqq.maths.zero_point_solver import stored_scale_zero_point
-from nncf_hqq.maths.zero_point_solver import weighted_mean
 
 __all__ = [
     "F16_MAX",
@@ -68,6 +69,7 @@ __all__ = [
     "quantize",
     "refine_least_squares",
     "refine_scale_on_activations",
+    "refine_weighted_least_squares",
     "rescaled",
     "round_to_f16",
     "rtn_scale_zero_point",

@@ -10,8 +10,11 @@ from nncf.tensor import functions as fns
 
 from nncf_hqq.maths.zero_point_solver import F16_MAX
 from nncf_hqq.maths.zero_point_solver import F16_TINY
+from nncf_hqq.maths.zero_point_solver import cap_inverse_scale_to_extremes
+from nncf_hqq.maths.zero_point_solver import dequantize
+from nncf_hqq.maths.zero_point_solver import quantize
+from nncf_hqq.maths.zero_point_solver import refine_least_squares
 from nncf_hqq.maths.zero_point_solver import stored_scale_zero_point
-from nncf_hqq.maths.zero_point_solver import weighted_mean
 
 # Bounds of the unit-gain factor of a group: a group whose reconstruction is (nearly) orthogonal to it would
 # otherwise get an unbounded factor; a factor outside [1/2, 2] means the codes no longer describe the group.
@@ -39,6 +42,76 @@ def round_to_f16(x: Tensor, low: float, high: float) -> Tensor:
     """
     clipped = fns.clip(x.astype(TensorDataType.float32), low, high)
     return clipped.astype(TensorDataType.float16).astype(TensorDataType.float32)
+
+
+def weighted_mean(x: Tensor, importance: Tensor | None, axis: int | None) -> Tensor:
+    """
+    The mean over the axis (keepdims) or of the whole tensor, weighted by the importance if given.
+
+    :param x: The values.
+    :param importance: Non-negative weights broadcastable to x, or None for equal weights.
+    :param axis: The axis of the mean, or None for the mean of the whole tensor.
+    :return: The (weighted) mean.
+    """
+    if importance is None:
+        return fns.mean(x) if axis is None else fns.mean(x, axis=axis, keepdims=True)
+    if axis is None:
+        return fns.sum(x * importance) / (fns.sum(importance) * (x.size / importance.size))
+    total = fns.sum(importance, axis=axis, keepdims=True)
+    if importance.shape[axis] == 1:
+        total = total * x.shape[axis]
+    return fns.sum(x * importance, axis=axis, keepdims=True) / total
+
+
+def refine_weighted_least_squares(
+    weight: Tensor,
+    inverse_scale: Tensor,
+    zero: Tensor,
+    axis: int,
+    num_bits: int,
+    rounds: int,
+    importance: Tensor | None,
+    preserve_extremes: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """
+    The solver's refine_least_squares with the squared error of every element weighted by its importance (that very
+    function without one): nearest codes and the weighted least-squares (s, z) for them alternate, every group keeps
+    its best iterate by weighted squared error, the incoming one included.
+    """
+    if importance is None:
+        return refine_least_squares(weight, inverse_scale, zero, axis, num_bits, rounds, preserve_extremes)
+    weight = weight.astype(TensorDataType.float32)
+    extremes = (fns.min(weight, axis=axis, keepdims=True), fns.max(weight, axis=axis, keepdims=True))
+
+    def mean(x: Tensor) -> Tensor:
+        return weighted_mean(x, importance, axis)
+
+    def project(s: Tensor, z: Tensor) -> Tensor:
+        return cap_inverse_scale_to_extremes(extremes, s, z, num_bits) if preserve_extremes else s
+
+    def codes_and_error(s: Tensor, z: Tensor) -> tuple[Tensor, Tensor]:
+        codes = quantize(weight, s, z, num_bits)
+        diff = dequantize(codes, s, z) - weight
+        return codes, mean(diff * diff)
+
+    mean_weight = mean(weight)
+    centred_weight = weight - mean_weight
+    inverse_scale = project(inverse_scale, zero)
+    best = (inverse_scale, zero)
+    codes, best_error = codes_and_error(inverse_scale, zero)
+    for _ in range(rounds):
+        mean_codes = mean(codes)
+        centred = codes - mean_codes
+        variance, covariance = mean(centred * centred), mean(centred * centred_weight)
+        valid = (variance > 0.0) & (covariance > 0.0)
+        slope = fns.where(valid, covariance, 1.0) / fns.where(valid, variance, 1.0)
+        zero = fns.where(valid, mean_codes - mean_weight / slope, zero)
+        inverse_scale = project(fns.where(valid, 1.0 / slope, inverse_scale), zero)
+        codes, error = codes_and_error(inverse_scale, zero)
+        better = error < best_error
+        best = (fns.where(better, inverse_scale, best[0]), fns.where(better, zero, best[1]))
+        best_error = fns.where(better, error, best_error)
+    return best
 
 
 def split_into_groups(weight: Tensor, reduction_axis: int, group_size: int) -> tuple[Tensor, int]:

@@ -23,7 +23,7 @@ from nncf_hqq.maths.core import mean_absolute_error
 from nncf_hqq.maths.core import min_max_init_for_range
 from nncf_hqq.maths.core import optimize_zero_point
 from nncf_hqq.maths.core import quantize
-from nncf_hqq.maths.core import refine_least_squares
+from nncf_hqq.maths.core import refine_weighted_least_squares
 from nncf_hqq.maths.core import unit_gain
 from nncf_hqq.maths.core import weighted_mean
 from nncf_hqq.maths.integer import floor_symmetric_scale_to_extremes
@@ -116,10 +116,13 @@ def refine_scale_and_zero(
     integer_zero: bool = False,
     preserve_extremes: bool = False,
 ) -> tuple[Tensor, Tensor]:
-    """``core.refine_least_squares``, or with ``integer_zero`` its variant for an integer zero point: the zero point
-    rounded to the nearest code first and only the scale refined under it (``integer.refine_with_integer_zero``)."""
+    """``core.refine_weighted_least_squares``, or with ``integer_zero`` its variant for an integer zero point: the zero
+    point rounded to the nearest code first and only the scale refined under it (``integer.refine_with_integer_zero``).
+    """
     if not integer_zero:
-        return refine_least_squares(weight, inverse_scale, zero, axis, num_bits, rounds, importance, preserve_extremes)
+        return refine_weighted_least_squares(
+            weight, inverse_scale, zero, axis, num_bits, rounds, importance, preserve_extremes
+        )
     return refine_with_integer_zero(weight, inverse_scale, zero, axis, num_bits, rounds, importance, preserve_extremes)
 
 

@@ -9,6 +9,9 @@ point of ``stored_scale_zero_point``. Reference: H. Badri, A. Shaji, "Half-Quadr
 Learning Models", 2023.
 """
 
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
 from nncf.tensor import Tensor
 from nncf.tensor import TensorDataType
 from nncf.tensor import functions as fns
@@ -21,6 +24,9 @@ MAX_ABS_ZERO = 2048.0
 # Largest finite and smallest positive float16 values: the range of a stored scale and zero point.
 F16_MAX = 65504.0
 F16_TINY = 2.0**-24
+# Elements of a block of groups (1 MiB in float32): its arrays stay in a core's cache, Python's cost per block is low.
+BLOCK_ELEMENTS = 2**18
+BLOCK_THREADS = 2  # threads computing blocks at once (numpy's kernels release the GIL)
 
 
 def min_max_init_for_range(w_min: Tensor, w_max: Tensor, num_bits: int) -> tuple[Tensor, Tensor]:
@@ -64,23 +70,19 @@ def dequantize(codes: Tensor, inverse_scale: Tensor, zero: Tensor) -> Tensor:
     return (codes - zero) / inverse_scale
 
 
-def weighted_mean(x: Tensor, importance: Tensor | None, axis: int | None) -> Tensor:
+def map_row_blocks(function: Callable[..., tuple[Tensor, ...]], *rows: Tensor) -> list[Tensor]:
     """
-    The mean over the axis (keepdims) or of the whole tensor, weighted by the importance if given.
+    The function on every block of BLOCK_ELEMENTS of consecutive rows, run by BLOCK_THREADS threads.
 
-    :param x: The values.
-    :param importance: Non-negative weights broadcastable to x, or None for equal weights.
-    :param axis: The axis of the mean, or None for the mean of the whole tensor.
-    :return: The (weighted) mean.
+    :param function: The function of a block of each of the rows [groups, group size], returning a row per group.
+    :param rows: Tensors with a group per row.
+    :return: The function's values of all rows, in their order (whatever the pool's size).
     """
-    if importance is None:
-        return fns.mean(x) if axis is None else fns.mean(x, axis=axis, keepdims=True)
-    if axis is None:
-        return fns.sum(x * importance) / (fns.sum(importance) * (x.size / importance.size))
-    total = fns.sum(importance, axis=axis, keepdims=True)
-    if importance.shape[axis] == 1:
-        total = total * x.shape[axis]
-    return fns.sum(x * importance, axis=axis, keepdims=True) / total
+    step = max(1, BLOCK_ELEMENTS // rows[0].shape[1])
+    blocks = [[x[i : i + step] for x in rows] for i in range(0, max(rows[0].shape[0], 1), step)]  # one if empty
+    with ThreadPoolExecutor(min(BLOCK_THREADS, len(blocks))) as pool:
+        results = list(pool.map(lambda block: function(*block), blocks))
+    return [fns.concatenate(list(values)) for values in zip(*results, strict=True)]
 
 
 def optimize_zero_point(
@@ -89,10 +91,9 @@ def optimize_zero_point(
     """
     HQQ's zero-point iterations with a fixed scale: nearest codes, then the zero point that fits them, until the mean
     absolute error of the tensor stops decreasing. This is HQQ's half-quadratic solver where its lp shrinkage is
-    inactive (no error above its threshold, as on weights of usual magnitude).
-
-    A group whose zero point no longer changes has reached its fixed point (its codes and error stay as they are),
-    so each iteration only computes the groups still moving; most settle within a few iterations.
+    inactive (no error above its threshold, as on weights of usual magnitude). A group whose zero point no longer
+    changes has reached its fixed point (its codes and error stay as they are), so each iteration only computes the
+    groups still moving; most settle within a few iterations.
 
     :param weight: The grouped weight (float32).
     :param inverse_scale: The inverse scale s of every group.
@@ -102,24 +103,27 @@ def optimize_zero_point(
     :param iterations: The maximal number of iterations.
     :return: The zero point of the best iterate.
     """
-    moved = fns.moveaxis(weight, axis, -1)  # groups as rows [groups, group size]
     rows, s, z = (fns.reshape(fns.moveaxis(x, axis, -1), (-1, x.shape[axis])) for x in (weight, inverse_scale, zero))
     best_zero, group_error, best_error = z.clone(), fns.zeros_like(z), float("inf")
     moving = fns.arange(z.shape[0], backend=z.backend, device=z.device)
-    scaled = rows * s
-    for _ in range(iterations):
+
+    def step(rows: Tensor, s: Tensor, z: Tensor) -> tuple[Tensor, Tensor]:
+        scaled = rows * s
         codes = fns.clip(fns.round(scaled + z), 0.0, 2.0**num_bits - 1)
-        group_error[moving] = fns.mean(fns.abs(rows - dequantize(codes, s, z)), axis=1, keepdims=True)
+        error = fns.mean(fns.abs(rows - dequantize(codes, s, z)), axis=1, keepdims=True)
+        return error, fns.mean(codes - scaled, axis=1, keepdims=True)
+
+    for _ in range(iterations):
+        group_error[moving], updated = map_row_blocks(step, rows, s, z)
         error = fns.mean(group_error).item()
         if not error < best_error:
             break
         best_error, best_zero[moving] = error, z
-        updated = fns.mean(codes - scaled, axis=1, keepdims=True)
         still = (updated != z)[:, 0]
-        moving, rows, scaled, s, z = moving[still], rows[still], scaled[still], s[still], updated[still]
+        moving, rows, s, z = moving[still], rows[still], s[still], updated[still]
         if moving.size == 0:
             break
-    return fns.moveaxis(fns.reshape(best_zero, (*moved.shape[:-1], 1)), -1, axis)
+    return fns.moveaxis(fns.reshape(best_zero, fns.moveaxis(zero, axis, -1).shape), -1, axis)
 
 
 def solve_zero_point(weight: Tensor, axis: int, num_bits: int, iterations: int) -> tuple[Tensor, Tensor]:
@@ -139,29 +143,21 @@ def solve_zero_point(weight: Tensor, axis: int, num_bits: int, iterations: int) 
 
 
 def least_squares_scale_zero(
-    mean_weight: Tensor,
-    centred_weight: Tensor,
-    codes: Tensor,
-    axis: int,
-    importance: Tensor | None,
-    previous: tuple[Tensor, Tensor],
+    mean_weight: Tensor, centred_weight: Tensor, codes: Tensor, previous: tuple[Tensor, Tensor]
 ) -> tuple[Tensor, Tensor]:
     """
-    The best (s, z) for fixed codes, from the regression W ~ a * Wq + b (s = 1 / a, z = -b / a); a group whose codes
-    are constant or anti-correlated with the weight keeps its previous (s, z).
+    The best (s, z) of every row for fixed codes, from the regression W ~ a * Wq + b (s = 1 / a, z = -b / a); a group
+    whose codes are constant or anti-correlated with the weight keeps its previous (s, z).
 
-    :param mean_weight: The (weighted) mean of every group of the weight.
+    :param mean_weight: The mean of every group of the weight.
     :param centred_weight: The weight minus its mean.
-    :param codes: The codes Wq.
-    :param axis: The axis of the groups' elements.
-    :param importance: Optional weights of the elements.
+    :param codes: The codes Wq, a group per row.
     :param previous: The inverse scale and zero point kept by degenerate groups.
     :return: The inverse scale and the zero point of every group.
     """
-    mean_codes = weighted_mean(codes, importance, axis)
+    mean_codes = fns.mean(codes, axis=1, keepdims=True)
     centred = codes - mean_codes
-    variance = weighted_mean(centred * centred, importance, axis)
-    covariance = weighted_mean(centred * centred_weight, importance, axis)
+    variance, covariance = (fns.mean(centred * x, axis=1, keepdims=True) for x in (centred, centred_weight))
     valid = (variance > 0.0) & (covariance > 0.0)
     slope = fns.where(valid, covariance, 1.0) / fns.where(valid, variance, 1.0)
     return fns.where(valid, 1.0 / slope, previous[0]), fns.where(valid, mean_codes - mean_weight / slope, previous[1])
@@ -196,12 +192,11 @@ def refine_least_squares(
     axis: int,
     num_bits: int,
     rounds: int,
-    importance: Tensor | None = None,
     preserve_extremes: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """
-    Alternates nearest codes and the least-squares (s, z) for them; every group keeps its best iterate by (weighted)
-    squared error, the incoming one included.
+    Alternates nearest codes and the least-squares (s, z) for them; every group keeps its best iterate by squared
+    error, the incoming one included, and stops at its fixed point (a round leaving its (s, z) as they are).
 
     :param weight: The grouped weight.
     :param inverse_scale: The initial inverse scale s of every group.
@@ -209,36 +204,43 @@ def refine_least_squares(
     :param axis: The axis of the groups' elements.
     :param num_bits: The number of bits of a code.
     :param rounds: The number of rounds.
-    :param importance: Optional weights of the elements.
     :param preserve_extremes: Whether s is capped so that no group's minimum or maximum is clipped.
     :return: The refined inverse scale and zero point.
     """
+
+    def refine(rows: Tensor, s: Tensor, z: Tensor) -> tuple[Tensor, Tensor]:
+        mean_weight = fns.mean(rows, axis=1, keepdims=True)
+        extremes = (fns.min(rows, axis=1, keepdims=True), fns.max(rows, axis=1, keepdims=True))
+        groups = [rows, rows - mean_weight, mean_weight, *extremes]
+
+        def project(s: Tensor, z: Tensor) -> tuple[Tensor, Tensor]:
+            return cap_inverse_scale_to_extremes((groups[3], groups[4]), s, z, num_bits) if preserve_extremes else s, z
+
+        def codes_and_error(s: Tensor, z: Tensor) -> tuple[Tensor, Tensor]:
+            codes = quantize(groups[0], s, z, num_bits)
+            diff = dequantize(codes, s, z) - groups[0]
+            return codes, fns.mean(diff * diff, axis=1, keepdims=True)
+
+        s, z = project(s, z)
+        best = (s.clone(), z.clone())
+        codes, best_error = codes_and_error(s, z)
+        moving = fns.arange(z.shape[0], backend=z.backend, device=z.device)
+        for _ in range(rounds):
+            updated_s, updated_z = project(*least_squares_scale_zero(groups[2], groups[1], codes, (s, z)))
+            still = ((updated_s != s) | (updated_z != z))[:, 0]
+            moving, s, z, best_error = moving[still], updated_s[still], updated_z[still], best_error[still]
+            groups = [x[still] for x in groups]
+            codes, error = codes_and_error(s, z)
+            better = (error < best_error)[:, 0]
+            best[0][moving[better]], best[1][moving[better]] = s[better], z[better]
+            best_error = fns.where(error < best_error, error, best_error)
+        return best
+
     weight = weight.astype(TensorDataType.float32)
-    extremes = (fns.min(weight, axis=axis, keepdims=True), fns.max(weight, axis=axis, keepdims=True))
-    mean_weight = weighted_mean(weight, importance, axis)
-    centred_weight = weight - mean_weight
-
-    def project(s: Tensor, z: Tensor) -> Tensor:
-        return cap_inverse_scale_to_extremes(extremes, s, z, num_bits) if preserve_extremes else s
-
-    def codes_and_error(s: Tensor, z: Tensor) -> tuple[Tensor, Tensor]:
-        codes = quantize(weight, s, z, num_bits)
-        diff = dequantize(codes, s, z) - weight
-        return codes, weighted_mean(diff * diff, importance, axis)
-
-    inverse_scale = project(inverse_scale, zero)
-    best = (inverse_scale, zero)
-    codes, best_error = codes_and_error(inverse_scale, zero)
-    for _ in range(rounds):
-        inverse_scale, zero = least_squares_scale_zero(
-            mean_weight, centred_weight, codes, axis, importance, (inverse_scale, zero)
-        )
-        inverse_scale = project(inverse_scale, zero)
-        codes, error = codes_and_error(inverse_scale, zero)
-        better = error < best_error
-        best = (fns.where(better, inverse_scale, best[0]), fns.where(better, zero, best[1]))
-        best_error = fns.where(better, error, best_error)
-    return best
+    rows = (fns.reshape(fns.moveaxis(x, axis, -1), (-1, x.shape[axis])) for x in (weight, inverse_scale, zero))
+    refined = map_row_blocks(refine, *rows)
+    shape = fns.moveaxis(zero, axis, -1).shape
+    return tuple(fns.moveaxis(fns.reshape(x, shape), -1, axis) for x in refined)
 
 
 def stored_scale_zero_point(scale: Tensor, zero_point: Tensor) -> tuple[Tensor, Tensor]:

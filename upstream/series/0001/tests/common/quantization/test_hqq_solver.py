@@ -27,7 +27,7 @@ def test_least_squares_recovers_affine_codes():
     codes = Tensor(np.tile(np.arange(16, dtype=np.float32), (2, 1)))
     weight = (codes - 6.5) / 40.0
     mean = Tensor(weight.data.mean(axis=1, keepdims=True))
-    inverse_scale, zero = solver.least_squares_scale_zero(mean, weight - mean, codes, 1, None, (mean, mean))
+    inverse_scale, zero = solver.least_squares_scale_zero(mean, weight - mean, codes, (mean, mean))
     np.testing.assert_allclose(inverse_scale.data, 40.0, rtol=1e-5)
     np.testing.assert_allclose(zero.data, 6.5, rtol=1e-5)
 
@@ -44,7 +44,7 @@ def test_grid_weights_are_reproduced_exactly(zero):
 def test_refinement_clips_no_extreme(seed):
     weight = Tensor(random_weight(seed).reshape(32, 2, 64))
     inverse_scale, zero = solver.solve_zero_point(weight, 2, 4, 20)
-    inverse_scale, zero = solver.refine_least_squares(weight, inverse_scale, zero, 2, 4, 5, None, True)
+    inverse_scale, zero = solver.refine_least_squares(weight, inverse_scale, zero, 2, 4, 5, True)
     position = weight.data * inverse_scale.data + zero.data
     assert position.min() >= -0.5 - 1e-4
     assert position.max() <= 15.5 + 1e-4

@@ -121,7 +121,6 @@ class HQQ:
         """
         if weight.backend == TensorBackend.ov:
             weight = weight.as_numpy_tensor()
-        weight = weight.astype(TensorDataType.float32)
         if config.group_size == -1:
             _, axis = get_reduction_channel_size(weight.shape, reduction_axes)
         else:

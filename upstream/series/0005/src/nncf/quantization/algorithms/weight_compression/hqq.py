@@ -26,6 +26,7 @@ from nncf.quantization.algorithms.weight_compression.hqq_solver import refine_le
 from nncf.quantization.algorithms.weight_compression.hqq_solver import solve_zero_point
 from nncf.quantization.algorithms.weight_compression.hqq_solver import stored_scale_zero_point
 from nncf.quantization.algorithms.weight_compression.hqq_steps import choose_per_group
+from nncf.quantization.algorithms.weight_compression.hqq_steps import refine_weighted_least_squares
 from nncf.quantization.algorithms.weight_compression.hqq_steps import rtn_scale_zero_point
 from nncf.quantization.algorithms.weight_compression.hqq_steps import split_into_groups
 from nncf.quantization.algorithms.weight_compression.hqq_steps import stored_group_error
@@ -211,7 +212,6 @@ class HQQ:
         """
         if weight.backend == TensorBackend.ov:
             weight = weight.as_numpy_tensor()
-        weight = weight.astype(TensorDataType.float32)
         if config.group_size == -1:
             _, axis = get_reduction_channel_size(weight.shape, reduction_axes)
         else:
@@ -258,7 +258,7 @@ class HQQ:
             return rtn
         inverse_scale, zero = solve_zero_point(grouped, axis, num_bits, self._num_iterations)
         steps = self._refinement_steps
-        refine = refine_with_integer_zero if self._integer_zero_point else refine_least_squares
+        refine = refine_with_integer_zero if self._integer_zero_point else refine_weighted_least_squares
         if self._integer_zero_point or steps:
             inverse_scale, zero = refine(grouped, inverse_scale, zero, axis, num_bits, steps, weights, True)
         result = to_compressed_weight(grouped, 1.0 / inverse_scale, zero, num_bits, self._integer_zero_point)
