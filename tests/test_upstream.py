@@ -25,6 +25,8 @@ UPSTREAM = REPO / "upstream"
 BUILT_FOR = "3.4.0"
 #: The core pull request is reviewable in one sitting: at most this many added lines, its tests included.
 MAX_CORE_LINES = 800
+#: A checkout (or export) of NNCF's repository: its tests/ let the build apply the patches' edits of NNCF's test files.
+NNCF_REPO = os.environ.get("NNCF_REPO")
 sys.path.insert(0, str(UPSTREAM))  # upstream/ is a folder of scripts that import each other
 
 
@@ -94,9 +96,50 @@ def test_core_patch_brings_its_words_for_nncf_spell_check(builds: dict[str, Path
 
 
 def test_core_patch_is_reviewable_in_one_sitting(builds: dict[str, Path]) -> None:
+    """At most 800 added lines, its edits of NNCF's test files included (skipped without NNCF's tests: counted)."""
     core = summary(builds["series"])["patches"][0]
-    assert core["added_lines"] <= MAX_CORE_LINES
+    skipped = core["skipped_test_edits"]
+    assert core["added_lines"] + skipped["added_lines"] <= MAX_CORE_LINES
     assert any(name.startswith("tests/") for name in core["added_files"])
+    assert "tests/cross_fw/test_templates/template_test_weights_compression.py" in skipped["files"]
+
+
+def test_build_without_nncf_tests_says_which_edits_it_skips(tmp_path: Path) -> None:
+    done = run_build(tmp_path / "core", "--upto", "0001")
+    assert done.returncode == 0, done.stderr
+    assert "its edits of NNCF's test files (tests/cross_fw/test_templates/" in done.stderr
+    assert "pass --nncf-tests NNCF_REPO to apply them" in done.stderr
+
+
+@pytest.mark.skipif(NNCF_REPO is None, reason="NNCF_REPO (a checkout of NNCF's repository) is not set")
+def test_edits_of_nncf_tests_anchor_in_nncf_repository(tmp_path: Path) -> None:
+    """With NNCF's tests laid in (``--nncf-tests``), every patch's edits of NNCF's test files find their anchors, the
+    core stays within 800 added lines counted exactly, the files pass NNCF's ruff rules, and the patches apply with
+    ``patch -p1`` to nncf 3.4.0's ``src/nncf`` beside NNCF's ``tests/``."""
+    if nncf.__version__ != BUILT_FOR or shutil.which("patch") is None:
+        pytest.skip(f"needs nncf {BUILT_FOR} (installed: {nncf.__version__}) and the patch tool")
+    dest = tmp_path / "series"
+    done = run_build(dest, "--nncf-tests", str(NNCF_REPO))
+    assert done.returncode == 0, done.stderr
+    entries = summary(dest)["patches"]
+    assert all(entry["skipped_test_edits"]["files"] == [] for entry in entries)
+    assert entries[0]["added_lines"] <= MAX_CORE_LINES
+    changed = sorted({name for entry in entries for name in entry["changed_files"] if name.startswith("tests/")})
+    assert "tests/cross_fw/test_templates/template_test_weights_compression.py" in changed
+    for arguments in (["check", "--no-fix"], ["format", "--check"]):
+        command = [sys.executable, "-m", "ruff", *arguments, *changed]
+        ruffed = subprocess.run(command, cwd=dest, capture_output=True, text=True, timeout=120)
+        assert ruffed.returncode == 0, ruffed.stdout + ruffed.stderr
+    tree = tmp_path / "tree"
+    shutil.copytree(Path(nncf.__file__).parent, tree / "src" / "nncf", ignore=shutil.ignore_patterns("__pycache__"))
+    repo = Path(NNCF_REPO)
+    shutil.copytree(repo if repo.name == "tests" else repo / "tests", tree / "tests")
+    for entry in entries:
+        command = ["patch", "-p1", "-s", "-i", str(dest / "patches" / f"{entry['patch']}.patch")]
+        patched = subprocess.run(command, cwd=tree, capture_output=True, text=True, timeout=60)
+        assert patched.returncode == 0, patched.stdout + patched.stderr
+    for name in changed:
+        assert (tree / name).read_text() == (dest / name).read_text(), name
 
 
 def test_patches_apply_in_order_to_the_release(builds: dict[str, Path], tmp_path: Path) -> None:

@@ -11,6 +11,11 @@ Takes the installed nncf package (the wheel holds all of its source), lays it ou
 - ``DEST/patches/series.json``: per patch the files it adds and changes and its added and removed lines;
 - ``DEST/ruff.toml``: NNCF's ruff rules (``upstream/nncf_ruff.toml``), so that ``ruff check``/``ruff format --check``
   in DEST check the series as NNCF's pre-commit would.
+
+The wheel has no ``tests/``: ``--nncf-tests NNCF_REPO`` lays NNCF's ``tests/`` (from a checkout or an export of
+NNCF's repository) into DEST before the patches apply, so that their edits of NNCF's test files (the
+``TemplateWeightCompression`` cases, the unsupported-parameter lists) anchor into NNCF's real files and the patches
+hold them as diffs. Without it those edits are skipped and the build says so, with the lines they would add.
 """
 
 from __future__ import annotations
@@ -145,10 +150,22 @@ def check_ruff_version() -> None:
         raise BuildError(msg)
 
 
-def apply_patch(root: Path, patch: series.Patch, added_earlier: set[str]) -> None:
+def is_skipped(root: Path, change: edit.Edit, nncf_tests: bool) -> bool:
+    """An edit of one of NNCF's test files, in a build without NNCF's tests (the wheel has none)."""
+    return not nncf_tests and change.file.startswith("tests/") and not (root / change.file).exists()
+
+
+def edit_added_lines(change: edit.Edit) -> int:
+    """The lines an edit adds, as its diff counts them."""
+    diff = difflib.unified_diff(change.anchor.splitlines(), change.new.splitlines(), lineterm="", n=0)
+    return sum(1 for line in diff if line.startswith("+") and not line.startswith("+++"))
+
+
+def apply_patch(root: Path, patch: series.Patch, added_earlier: set[str], nncf_tests: bool) -> list[edit.Edit]:
     """Adds the patch's placed modules (imports sorted and formatted as NNCF's ruff rules want) and files to the
-    tree at ``root``, then applies its edits. A file of the patch that an earlier patch added is its new version (the
-    diff shows what changed); NNCF's own files change by anchored edits only."""
+    tree at ``root``, then applies its edits; returns the edits of NNCF's test files it skipped (a build without
+    ``--nncf-tests``). A file of the patch that an earlier patch added is its new version (the diff shows what
+    changed); NNCF's own files change by anchored edits only."""
     for ours, theirs in patch.placed.items():
         write_new(root, theirs, placed_text(ours))
     if patch.placed:
@@ -160,7 +177,9 @@ def apply_patch(root: Path, patch: series.Patch, added_earlier: set[str]) -> Non
             (root / relative).write_text(LICENCE_HEADER + path.read_text())
         else:
             write_new(root, relative, path.read_text())
-    edit.apply_edits(root, list(patch.edits))
+    skipped = [change for change in patch.edits if is_skipped(root, change, nncf_tests)]
+    edit.apply_edits(root, [change for change in patch.edits if change not in skipped])
+    return skipped
 
 
 def compile_all(root: Path, files: list[str]) -> None:
@@ -207,27 +226,40 @@ def diff_stats(before: dict[str, str], after: dict[str, str], diff: str) -> dict
     }
 
 
-def build(dest: Path, upto: str | None = None) -> dict[str, object]:
-    """The whole build (the patches up to ``upto`` only, when given); returns the summary written to
-    ``DEST/patches/series.json``."""
+def nncf_tests_folder(repo: Path) -> Path:
+    """NNCF's ``tests/`` in a checkout (or export) of NNCF's repository, or that folder itself."""
+    folder = repo if repo.name == "tests" else repo / "tests"
+    if not (folder / "cross_fw" / "test_templates" / "template_test_weights_compression.py").exists():
+        msg = f"--nncf-tests {repo}: no NNCF tests there (tests/cross_fw/test_templates/... is missing)"
+        raise BuildError(msg)
+    return folder
+
+
+def build(dest: Path, upto: str | None = None, nncf_repo: Path | None = None) -> dict[str, object]:
+    """The whole build (the patches up to ``upto`` only, when given; NNCF's tests from ``nncf_repo`` laid in first,
+    when given); returns the summary written to ``DEST/patches/series.json``."""
     numbers = [patch.number for patch in series.SERIES]
     if upto is not None and upto not in numbers:
         msg = f"--upto {upto}: the series has the patches {', '.join(numbers)}"
         raise BuildError(msg)
+    tests = None if nncf_repo is None else nncf_tests_folder(nncf_repo)
     source = installed_nncf()
     version = nncf_version(source)
     check_ruff_version()
     prepare_destination(dest)
     shutil.copyfile(RUFF_CONFIG, dest / "ruff.toml")
     shutil.copytree(source, dest / "src" / "nncf", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    (dest / "tests").mkdir()
+    if tests is None:
+        (dest / "tests").mkdir()
+    else:
+        shutil.copytree(tests, dest / "tests", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     patches_dir = dest / "patches"
     patches_dir.mkdir()
-    summary: dict[str, object] = {"nncf": version, "patches": []}
+    summary: dict[str, object] = {"nncf": version, "nncf_tests": tests is not None, "patches": []}
     added_earlier: set[str] = set()
     for patch in series.SERIES[: numbers.index(upto) + 1 if upto else None]:
         before = tree_files(dest)
-        apply_patch(dest, patch, added_earlier)
+        skipped = apply_patch(dest, patch, added_earlier, tests is not None)
         after = tree_files(dest)
         diff = unified_diff(before, after)
         added = "\n".join(line for line in diff.splitlines() if line.startswith("+"))
@@ -244,6 +276,10 @@ def build(dest: Path, upto: str | None = None) -> dict[str, object]:
             shutil.copyfile(patch.usage, patches_dir / f"{patch.stem}-Usage.md")
         if patch.cspell_words.exists():  # for .ci/cspell_dict.txt, which the wheel lacks: the PR adds them there
             shutil.copyfile(patch.cspell_words, patches_dir / f"{patch.number}-cspell-words.txt")
+        stats["skipped_test_edits"] = {
+            "files": sorted({change.file for change in skipped}),
+            "added_lines": sum(edit_added_lines(change) for change in skipped),
+        }
         summary["patches"].append({"patch": patch.stem, "title": patch.title, **stats})  # type: ignore[attr-defined]
     (patches_dir / "series.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
@@ -253,9 +289,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dest", type=Path, help="the directory to write src/, tests/ and patches/ into")
     parser.add_argument("--upto", default=None, help="the last patch to apply (e.g. 0001); default: all")
+    parser.add_argument(
+        "--nncf-tests",
+        type=Path,
+        default=None,
+        metavar="NNCF_REPO",
+        help="a checkout of NNCF's repository (or its tests/): its tests are laid into DEST and the patches' edits "
+        "of NNCF's test files applied; without it they are skipped",
+    )
     args = parser.parse_args(argv)
     try:
-        summary = build(args.dest.resolve(), args.upto)
+        summary = build(args.dest.resolve(), args.upto, args.nncf_tests)
     except (BuildError, edit.EditError) as error:
         sys.stderr.write(f"build.py: error: {error}\n")
         return 1
@@ -266,6 +310,13 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.dest}/patches/{entry['patch']}.patch: {len(entry['added_files'])} files added, "
             f"{len(entry['changed_files'])} changed, +{entry['added_lines']} -{entry['removed_lines']}\n"
         )
+        skipped = entry["skipped_test_edits"]
+        if skipped["files"]:
+            sys.stderr.write(
+                f"build.py: note: {entry['patch']}: its edits of NNCF's test files ({', '.join(skipped['files'])}; "
+                f"+{skipped['added_lines']} lines, not counted above) are skipped: the wheel has no tests/; "
+                "pass --nncf-tests NNCF_REPO to apply them\n"
+            )
     return 0
 
 

@@ -319,3 +319,197 @@ EDITS: list[Edit] = [
     *_impl_edits(FX_IMPL, "torch.fx.GraphModule", "    graph = build_graph(model)\n    compressed_model = "),
     *_impl_edits(ONNX_IMPL, "onnx.ModelProto", "    graph = build_graph(model)\n"),
 ]
+
+# NNCF's tests (not in the wheel: applied by `build.py --nncf-tests NNCF_REPO`, skipped otherwise)
+TEMPLATE = "tests/cross_fw/test_templates/template_test_weights_compression.py"
+OV_TESTS = "tests/openvino/native/quantization/test_weights_compression.py"
+PT_TESTS = "tests/torch/function_hook/quantization/test_weights_compression.py"
+FX_TESTS = "tests/torch/fx/test_weights_compression.py"
+ONNX_TESTS = "tests/onnx/quantization/test_weights_compression.py"
+
+TEMPLATE_HQQ = """
+    # HQQ Tests
+
+    @staticmethod
+    @abstractmethod
+    def get_zero_point_dtypes(model: TModel) -> list[TensorDataType]:
+        \"\"\"Returns the data types of the zero points of the compressed weights.\"\"\"
+
+    def compress_with_hqq(self, model: TModel, hqq: bool = True, **kwargs) -> TModel:
+        if "hqq" in self.get_not_supported_algorithms():
+            pytest.skip("HQQ is not supported")
+        return compress_weights(model, **{"mode": CompressWeightsMode.INT4_ASYM, "ratio": 1.0, "hqq": hqq, **kwargs})
+
+    def test_hqq_refused_where_not_supported(self):
+        if "hqq" not in self.get_not_supported_algorithms():
+            pytest.skip("HQQ is supported")
+        model = self.wrap_model(self.get_awq_model(False, False), np.ones([2, 8, 8], dtype=np.float32))
+        with pytest.raises(nncf.ParameterNotSupportedError, match="hqq"):
+            compress_weights(model, mode=CompressWeightsMode.INT4_ASYM, hqq=True)
+
+    @pytest.mark.parametrize("is_3d_weights", [False, True], ids=["2d", "3d"])
+    @pytest.mark.parametrize("transpose_b", [False, True], ids=["no_tr_b", "tr_b"])
+    def test_hqq_float_zero_points(self, transpose_b, is_3d_weights):
+        model = self.get_transposable_awq_model(False, transpose_b, is_3d_weights=is_3d_weights)
+        model = self.compress_with_hqq(model, group_size=8, all_layers=True)
+        assert self.get_zero_point_dtypes(model) == [TensorDataType.float16]
+
+    @pytest.mark.parametrize("is_3d_weights", [False, True], ids=["2d", "3d"])
+    @pytest.mark.parametrize("all_layers", [False, True])
+    def test_hqq_compresses_awq_scaled_weights(self, all_layers, is_3d_weights):
+        model = self.get_awq_model(True, is_3d_weights)  # not mergeable: AWQ's scales stay as Multiply nodes
+        dataset = Dataset([self.to_tensor(np.ones([2, 8, 8], dtype=np.float32))] * 2, self.get_transform_func())
+        model = self.compress_with_hqq(model, group_size=-1, dataset=dataset, awq=True, all_layers=all_layers)
+        assert self.get_num_multiply_from_awq(model) > 0
+        backup = [] if all_layers else [TensorDataType.uint8]  # the last layer takes the backup mode, INT8_ASYM
+        dtypes = self.get_zero_point_dtypes(model)
+        assert sorted(dtypes) == [TensorDataType.float16] * (len(dtypes) - len(backup)) + backup
+
+    def test_hqq_weight_error_below_round_to_nearest(self):
+        input = self.to_tensor(np.ones([1, 4, 8], dtype=np.float32))
+        dataset = Dataset([input], self.get_transform_func())  # Torch traces the model on it
+        errors = []
+        for hqq in (False, True):
+            model = self.get_model_for_test_scale_estimation(transpose_a=False)
+            weight = self.get_orig_weight(model)
+            model = self.compress_with_hqq(model, hqq, group_size=8, all_layers=True, dataset=dataset)
+            errors.append(fns.mean((self.get_decompressed_weight(model, input) - weight) ** 2).item())
+        assert errors[1] < errors[0]
+
+    @pytest.mark.parametrize(
+        ("kwargs", "error"),
+        [
+            ({"mode": CompressWeightsMode.NF4}, nncf.ParameterNotSupportedError),
+            ({"compression_format": CompressionFormat.FQ}, nncf.ParameterNotSupportedError),
+            ({"gptq": True}, nncf.ParameterNotSupportedError),
+            ({"lora_correction": True}, nncf.ParameterNotSupportedError),
+            ({"scale_estimation": True, "awq": True}, nncf.ValidationError),
+            ({"advanced_parameters": CompressionParams(hqq_params=HQQParams(num_iterations=-1))}, nncf.ValidationError),
+            (
+                {"advanced_parameters": CompressionParams(hqq_params=HQQParams(refinement_steps=1.5))},
+                nncf.ValidationError,
+            ),
+        ],
+        ids=["nf4", "fq_format", "gptq", "lora_correction", "scale_estimation", "iterations", "steps"],
+    )
+    def test_hqq_refusals_leave_the_model_unchanged(self, kwargs, error):
+        model = self.get_awq_model(False, True)
+        dataset = Dataset([self.to_tensor(np.ones([2, 8, 8], dtype=np.float32))], self.get_transform_func())
+        with pytest.raises(error):
+            self.compress_with_hqq(model, group_size=-1, dataset=dataset, **kwargs)
+        assert self.get_num_int4_nodes(model) == self.get_num_int8_nodes(model) == 0
+        assert self.get_num_multiply_from_awq(model) == 0
+"""
+
+OV_ZERO_POINT_DTYPES = """
+    @staticmethod
+    def get_zero_point_dtypes(model: ov.Model) -> list[TensorDataType]:
+        zero_points = [op for op in model.get_ops() if op.get_friendly_name().endswith("/zero_point")]
+        return [DTYPE_MAP_REV[op.get_element_type()] for op in zero_points]
+"""
+
+OV_HQQ_TESTS = """
+
+def get_hqq_attention_model() -> ov.Model:
+    rng = np.random.default_rng(0)
+    x = opset.parameter([1, 8, 64], ov.Type.f32, name="x")
+
+    def linear(input, name):
+        weight = opset.constant((rng.standard_t(4, (64, 64)) * 0.05).astype(np.float32), name=name)
+        return opset.matmul(input, weight, False, True, name=f"{name}/matmul")
+
+    attention = opset.scaled_dot_product_attention(*(linear(x, name) for name in ("q", "k", "v")), causal=True)
+    return ov.Model([linear(attention, "o")], [x])
+
+
+HQQ_INT4 = {"mode": CompressWeightsMode.INT4_ASYM, "ratio": 1.0, "group_size": 32, "all_layers": True}
+
+
+@pytest.mark.parametrize("rtn_value_projections", [True, False])
+def test_hqq_attention_values_keep_rounding(rtn_value_projections):
+    params = CompressionParams(hqq_params=HQQParams(rtn_value_projections=rtn_value_projections))
+    model = compress_weights(get_hqq_attention_model(), hqq=True, advanced_parameters=params, **HQQ_INT4)
+    found = {op.get_friendly_name(): op.get_element_type() for op in model.get_ops()}
+    assert [found[f"{name}/zero_point"] for name in ("q", "k", "o")] == [ov.Type.f16] * 3
+    assert (found["v/zero_point"] == ov.Type.u4) == rtn_value_projections
+
+
+@pytest.mark.parametrize("hqq", [False, True])
+def test_hqq_and_its_parameters_are_dumped_to_rt_info(hqq):
+    model = compress_weights(get_hqq_attention_model(), hqq=hqq, **HQQ_INT4)
+    dumped = model.get_rt_info()["nncf"]["weight_compression"]
+    assert dumped["hqq"].value == str(hqq)
+    assert "'hqq_params': {'num_iterations': 20, 'refinement_steps': 5" in dumped["advanced_parameters"].value
+"""
+
+NOT_IMPLEMENTED_ZERO_POINT_DTYPES = """
+    @staticmethod
+    def get_zero_point_dtypes(model) -> list[TensorDataType]:
+        raise NotImplementedError
+"""
+
+TEST_EDITS: list[Edit] = [
+    insert_after(
+        TEMPLATE,
+        "from nncf.errors import InvalidGroupSizeError\n",
+        "from nncf.parameters import CompressionFormat\n",
+    ),
+    insert_after(
+        TEMPLATE,
+        "from nncf.quantization.advanced_parameters import AdvancedGPTQParameters as GPTQParams\n",
+        "from nncf.quantization.advanced_parameters import AdvancedHQQParameters as HQQParams\n",
+    ),
+    append(TEMPLATE, TEMPLATE_HQQ),
+    insert_after(
+        OV_TESTS,
+        "from nncf.quantization.advanced_parameters import AdvancedGPTQParameters as GPTQParams\n",
+        "from nncf.quantization.advanced_parameters import AdvancedHQQParameters as HQQParams\n",
+    ),
+    insert_before(OV_TESTS, "\n\nclass TestOVTemplateWeightCompression(TemplateWeightCompression):\n", OV_HQQ_TESTS),
+    insert_after(
+        OV_TESTS,
+        "from nncf.tensor import TensorDataType\n",
+        "from nncf.tensor.functions.openvino_numeric import DTYPE_MAP_REV\n",
+    ),
+    insert_after(
+        OV_TESTS,
+        "    def get_not_supported_algorithms() -> list[str]:\n        return []\n",
+        OV_ZERO_POINT_DTYPES,
+    ),
+    Edit(
+        OV_TESTS,
+        '            "gptq",\n        ),\n    )\n    def test_raise_error_with_unsupported_algo',
+        '            "gptq",\n            "hqq",\n        ),\n    )\n    def test_raise_error_with_unsupported_algo',
+    ),
+    insert_after(OV_TESTS, '        ({"awq": True}, 6),\n', '        ({"hqq": True}, 6),\n'),
+    insert_after(
+        OV_TESTS,
+        '            elif "_lora_" in op.get_friendly_name():\n'
+        "                assert op.get_element_type() == ov.Type.u8\n",
+        '            elif "hqq" in params and op.get_element_type() == ov.Type.f16:  # HQQ\'s float zero points\n'
+        "                act_num += 1\n",
+    ),
+    *(
+        Edit(
+            path,
+            f"        return {names}\n",
+            f'        return {names[:-1]}, "hqq"]\n{NOT_IMPLEMENTED_ZERO_POINT_DTYPES}',
+        )
+        for path, names in (
+            (PT_TESTS, '["lora_correction", "gptq"]'),
+            (FX_TESTS, '["lora_correction", "gptq"]'),
+            (ONNX_TESTS, '["gptq", "lora_correction"]'),
+        )
+    ),
+    *(
+        Edit(
+            path,
+            '        {"lora_correction": True},\n        {"compression_format": CompressionFormat.FQ',
+            '        {"lora_correction": True},\n        {"hqq": True},\n'
+            '        {"compression_format": CompressionFormat.FQ',
+        )
+        for path in (PT_TESTS, FX_TESTS)
+    ),
+]
+
+EDITS += TEST_EDITS

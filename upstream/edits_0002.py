@@ -8,6 +8,8 @@ from edit import Edit
 from edit import append
 from edit import insert_after
 from edit import insert_before
+from edits_0001 import NOT_IMPLEMENTED_ZERO_POINT_DTYPES
+from edits_0001 import PT_TESTS
 from edits_0001 import QUANTIZE_MODEL
 from edits_0001 import WC
 
@@ -29,6 +31,19 @@ class PTHQQAlgoBackend(HQQAlgoBackend, PTWeightCompressionAlgoBackend):
     @property
     def shapeof_metatypes(self) -> list[OperatorMetatype]:
         return []
+"""
+
+PT_ZERO_POINT_DTYPES = """
+    @staticmethod
+    def get_zero_point_dtypes(model) -> list[TensorDataType]:
+        modules = [m for m in get_hook_storage(model).modules() if hasattr(m, "_zero_point")]
+        int4 = {m: isinstance(m, INT4AsymmetricWeightsDecompressor) for m in modules}
+        return [
+            TensorDataType.float16
+            if m._zero_point.dtype == torch.float16
+            else (TensorDataType.uint4 if int4[m] else TensorDataType.uint8)
+            for m in modules
+        ]
 """
 
 EDITS: list[Edit] = [
@@ -108,5 +123,20 @@ EDITS: list[Edit] = [
         "        if zero_point.dtype == torch.float16:\n"
         "            return zero_point\n"
         "        return self.pack_weight(zero_point)\n\n",
+    ),
+    # NNCF's Torch tests (applied by `build.py --nncf-tests NNCF_REPO`): hqq is supported now
+    Edit(
+        PT_TESTS,
+        f'        return ["lora_correction", "gptq", "hqq"]\n{NOT_IMPLEMENTED_ZERO_POINT_DTYPES}',
+        f'        return ["lora_correction", "gptq"]\n{PT_ZERO_POINT_DTYPES}',
+    ),
+    insert_after(
+        PT_TESTS,
+        "    def _get_num_typed_nodes(model: torch.nn.Module, types: tuple[BaseWeightsDecompressor, ...]) -> int:\n",
+        '        if not hasattr(model, "__nncf_hooks"):  # refused before it was wrapped: nothing is compressed\n'
+        "            return 0\n",
+    ),
+    Edit(
+        PT_TESTS, '        {"lora_correction": True},\n        {"hqq": True},\n', '        {"lora_correction": True},\n'
     ),
 ]

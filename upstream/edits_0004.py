@@ -13,6 +13,7 @@ from edits_0001 import ADVANCED_PARAMETERS
 from edits_0001 import ALGORITHM
 from edits_0001 import CHECK_HQQ
 from edits_0001 import QUANTIZE_MODEL
+from edits_0001 import TEMPLATE
 
 GUARD_PARAMETERS_DOC = """\
     :param output_guard: With Scale Estimation, whether every output channel of a layer takes whichever of HQQ's
@@ -147,4 +148,7 @@ EDITS: list[Edit] = [
         "    def _get_activation_node_port_and_channel(self, node: NNCFNode, nncf_graph: NNCFGraph)",
         TOKEN_ROWS_METHODS.lstrip("\n"),
     ),
+    # NNCF's test template (applied by `build.py --nncf-tests NNCF_REPO`): hqq with Scale Estimation is no refusal
+    Edit(TEMPLATE, '            ({"scale_estimation": True, "awq": True}, nncf.ValidationError),\n', ""),
+    Edit(TEMPLATE, '"lora_correction", "scale_estimation", "iterations"', '"lora_correction", "iterations"'),
 ]

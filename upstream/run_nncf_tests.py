@@ -16,12 +16,20 @@ conftests cannot share a session), logged in ``OUT/RUN-SUITE.log``:
 The tests import ``torchvision`` and ``timm`` at module level for models the weight-compression tests never build;
 where they are not installed (PyPI has no CPU torchvision build for this torch), import-only placeholders stand in.
 ``--compare-only`` reads the JUnit files of earlier runs.
+
+With ``--tests-from-builds`` (builds made with ``upstream/build.py --nncf-tests NNCF_REPO``), the core and series runs
+take the tests from their build (NNCF's files with the patches' edits: HQQ's template cases, the unsupported lists),
+so the new tests run and the shared ones are compared with the installed run on NNCF's unedited files. The suites
+``fx`` and ``onnx`` (not run by default) need ``torchao`` and ``onnx``/``onnxruntime``; for ``fx`` a plugin undoes
+the cuDNN conv TF32 flag NNCF's Torch conftest sets, which torch 2.13's ``torch.export`` refuses beside the RNN flag.
+``--extra-path`` puts a folder of test-only packages (``pip install --target``) on the path.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -41,7 +49,10 @@ SUITES = {
         "tests/torch/function_hook/quantization/test_weights_compression.py",
         "tests/torch/function_hook/quantization/test_weights_compression_backends.py",
     ],
+    "fx": ["tests/torch/fx/test_weights_compression.py"],
+    "onnx": ["tests/onnx/quantization/test_weights_compression.py"],
 }
+DEFAULT_SUITES = ("openvino", "torch")
 LEFT_OUT = {
     "tests/openvino/native/quantization/test_weights_compression_statistics_caching.py": (
         "downloads a Hugging Face model and dataset (no network here)"
@@ -50,6 +61,17 @@ LEFT_OUT = {
 RUNS = ("installed", "core", "series", "with_nncf_hqq", "own")
 COMPARED = ("core", "series", "with_nncf_hqq")
 PLUGIN = "nncf_hqq_imported_first"
+TF32_PLUGIN = "same_tf32_flags"
+TF32_PLUGIN_TEXT = """\"\"\"Undoes the cuDNN conv TF32 flag of NNCF's Torch conftest (torch.export refuses it).\"\"\"
+
+import pytest
+import torch
+
+
+@pytest.fixture(scope="session", autouse=True)
+def same_tf32_flags(disable_tf32_precision):
+    torch.backends.cudnn.conv.fp32_precision = "tf32"
+"""
 PLACEHOLDERS = {
     "torchvision/__init__.py": "",
     "torchvision/models/__init__.py": "mobilenet_v2 = mobilenet_v3_small = None\n",
@@ -63,6 +85,7 @@ PLACEHOLDERS = {
 def write_shims(folder: Path) -> None:
     """The plugin that imports nncf_hqq, and placeholders for torchvision/timm where they are not installed."""
     (folder / f"{PLUGIN}.py").write_text('"""Imports nncf_hqq before any test."""\n\nimport nncf_hqq  # noqa: F401\n')
+    (folder / f"{TF32_PLUGIN}.py").write_text(TF32_PLUGIN_TEXT)
     for relative, text in PLACEHOLDERS.items():
         if importlib.util.find_spec(relative.split("/")[0]) is None:
             path = folder / relative
@@ -70,11 +93,14 @@ def write_shims(folder: Path) -> None:
             path.write_text(f'"""Import-only placeholder (upstream/run_nncf_tests.py)."""\n\n{text}')
 
 
-def run_pytest(name: str, files: list[str], repo: Path, source: Path | None, shims: Path, out: Path) -> int:
+def run_pytest(
+    name: str, files: list[str], repo: Path, source: Path | None, shims: Path, out: Path, extra: Path | None = None
+) -> int:
     """One pytest session in NNCF's repository (``source``, a build's ``src``, first on the path); its exit code."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in (source, shims, repo) if p is not None)
+    env["PYTHONPATH"] = os.pathsep.join(str(p) for p in (source, extra, shims, repo) if p is not None)
     plugin = ["-p", PLUGIN] if name.startswith("with_nncf_hqq") else []
+    plugin += ["-p", TF32_PLUGIN] if name.endswith("-fx") else []
     command = ["nice", "-n", "10", sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *plugin]
     command += [f"--junitxml={out / f'{name}.xml'}", *files]
     with open(out / f"{name}.log", "w") as log:
@@ -83,9 +109,11 @@ def run_pytest(name: str, files: list[str], repo: Path, source: Path | None, shi
         return subprocess.run(command, cwd=repo, env=env, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
 
 
-def run_own_tests(repo: Path, series: Path, shims: Path, out: Path) -> None:
-    """The series' own tests, copied into NNCF's test tree for the run (one session per top-level suite)."""
-    own = sorted(path.relative_to(series).as_posix() for path in (series / "tests").rglob("test_*.py"))
+def run_own_tests(repo: Path, series: Path, shims: Path, out: Path, extra: Path | None = None) -> None:
+    """The test files the series adds, copied into NNCF's test tree for the run (one session per top-level suite)."""
+    entries = json.loads((series / "patches" / "series.json").read_text())["patches"]
+    added = {name for entry in entries for name in entry["added_files"] if name.startswith("tests/")}
+    own = sorted(name for name in added if Path(name).name.startswith("test_"))
     present = [name for name in own if (repo / name).exists()]
     if present:
         msg = f"{present} exist in {repo} already; remove them (they are copied there for the run only)"
@@ -95,7 +123,7 @@ def run_own_tests(repo: Path, series: Path, shims: Path, out: Path) -> None:
     try:
         for suite in sorted({name.split("/")[1] for name in own}):
             files = [name for name in own if name.split("/")[1] == suite]
-            run_pytest(f"own-{suite}", files, repo, series / "src", shims, out)
+            run_pytest(f"own-{suite}", files, repo, series / "src", shims, out, extra)
     finally:
         for name in own:
             (repo / name).unlink()
@@ -127,9 +155,16 @@ def report(out: Path) -> str:
             compared = results.get(f"{run}-{suite}")
             if baseline is None or compared is None:
                 continue
-            differing = sorted(t for t in baseline.keys() | compared.keys() if baseline.get(t) != compared.get(t))
-            lines.append(f"{suite}: installed vs {run}: {len(differing)} tests differ")
-            lines.extend(f"  {t}: {baseline.get(t, 'absent')} -> {compared.get(t, 'absent')}" for t in differing)
+            shared = baseline.keys() & compared.keys()
+            differing = sorted(t for t in shared if baseline[t] != compared[t])
+            new = Counter(compared[t] for t in compared.keys() - baseline.keys())  # the patches' new tests
+            gone = sorted(baseline.keys() - compared.keys())
+            lines.append(
+                f"{suite}: installed vs {run}: {len(shared)} shared tests, {len(differing)} differ; "
+                f"new tests: {dict(sorted(new.items()))}; tests gone: {len(gone)}"
+            )
+            lines.extend(f"  {t}: {baseline[t]} -> {compared[t]}" for t in differing)
+            lines.extend(f"  gone: {t}" for t in gone)
     return "\n".join(lines) + "\n"
 
 
@@ -140,7 +175,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--series", type=Path, help="upstream/build.py DEST (the series and own runs)")
     parser.add_argument("--out", type=Path, default=Path(tempfile.gettempdir()) / "nncf_hqq_nncf_tests")
     parser.add_argument("--runs", default=",".join(RUNS), help=f"comma-separated, of {', '.join(RUNS)}")
-    parser.add_argument("--suites", default=",".join(SUITES), help=f"comma-separated, of {', '.join(SUITES)}")
+    parser.add_argument("--suites", default=",".join(DEFAULT_SUITES), help=f"comma-separated, of {', '.join(SUITES)}")
+    parser.add_argument(
+        "--tests-from-builds", action="store_true", help="core and series runs take the tests from their build"
+    )
+    parser.add_argument("--extra-path", type=Path, help="a folder of test-only packages to put on the path")
     parser.add_argument("--compare-only", action="store_true", help="only compare the JUnit files in --out")
     args = parser.parse_args(argv)
     repo = args.nncf_repo.resolve()
@@ -158,11 +197,12 @@ def main(argv: list[str] | None = None) -> int:
             write_shims(Path(tmp))
             for run in runs:
                 if run == "own":
-                    run_own_tests(repo, args.series.resolve(), Path(tmp), args.out)
+                    run_own_tests(repo, args.series.resolve(), Path(tmp), args.out, args.extra_path)
                     continue
                 source = builds[run].resolve() / "src" if run in builds else None
+                tests = builds[run].resolve() if args.tests_from_builds and run in builds else repo
                 for suite in suites:
-                    run_pytest(f"{run}-{suite}", SUITES[suite], repo, source, Path(tmp), args.out)
+                    run_pytest(f"{run}-{suite}", SUITES[suite], tests, source, Path(tmp), args.out, args.extra_path)
     for name, reason in LEFT_OUT.items():
         sys.stdout.write(f"left out: {name}: {reason}\n")
     sys.stdout.write(report(args.out))

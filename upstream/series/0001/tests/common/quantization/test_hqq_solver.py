@@ -1,6 +1,8 @@
 import numpy as np
 import pytest
+import torch
 
+import nncf.tensor.functions as fns
 from nncf import CompressWeightsMode
 from nncf.quantization.algorithms.weight_compression import hqq_solver as solver
 from nncf.quantization.algorithms.weight_compression.config import WeightCompressionConfig
@@ -12,66 +14,69 @@ from nncf.tensor import Tensor
 INT4_G32 = WeightCompressionConfig(CompressWeightsMode.INT4_ASYM, group_size=32)
 
 
+@pytest.fixture(params=["numpy", "torch"])
+def to_tensor(request):
+    """The solver runs on the backend's own tensors: every case on numpy and on torch."""
+    return lambda array: Tensor(torch.from_numpy(array) if request.param == "torch" else array)
+
+
 def random_weight(seed: int, shape: tuple[int, int] = (32, 128)) -> np.ndarray:
     return (np.random.default_rng(seed).standard_t(4, shape) * 0.02).astype(np.float32)
 
 
-def squared_error(weight: np.ndarray, params, config: WeightCompressionConfig = INT4_G32) -> float:
+def squared_error(weight: Tensor, params, config: WeightCompressionConfig = INT4_G32) -> float:
     precomputed = () if params is None else (params.scale, params.zero_point)
-    compressed = do_integer_quantization(Tensor(weight), config, 1, *precomputed)
+    compressed = do_integer_quantization(weight, config, 1, *precomputed)
     axis = -1 if config.group_size == -1 else 1
-    return float(((do_integer_dequantization(compressed, axis).data - weight) ** 2).mean())
+    return fns.mean((do_integer_dequantization(compressed, axis) - weight) ** 2).item()
 
 
-def test_least_squares_recovers_affine_codes():
-    codes = Tensor(np.tile(np.arange(16, dtype=np.float32), (2, 1)))
+def hqq_params(weight: Tensor, *steps: int, config: WeightCompressionConfig = INT4_G32):
+    params = HQQ(config.mode, *steps).calculate_quantization_params(weight, 1, config)
+    assert params.scale.backend == params.zero_point.backend == weight.backend
+    return params
+
+
+def test_least_squares_recovers_affine_codes(to_tensor):
+    codes = to_tensor(np.tile(np.arange(16, dtype=np.float32), (2, 1)))
     weight = (codes - 6.5) / 40.0
-    mean = Tensor(weight.data.mean(axis=1, keepdims=True))
+    mean = fns.mean(weight, axis=1, keepdims=True)
     inverse_scale, zero = solver.least_squares_scale_zero(mean, weight - mean, codes, (mean, mean))
-    np.testing.assert_allclose(inverse_scale.data, 40.0, rtol=1e-5)
-    np.testing.assert_allclose(zero.data, 6.5, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(inverse_scale.data), 40.0, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(zero.data), 6.5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("zero", [0.0, 7.0, 7.5, 15.0])
-def test_grid_weights_are_reproduced_exactly(zero):
-    weight = (np.tile(np.arange(16, dtype=np.float32), (4, 2)) - zero) * 0.125
-    params = HQQ(CompressWeightsMode.INT4_ASYM).calculate_quantization_params(Tensor(weight), 1, INT4_G32)
+def test_grid_weights_are_reproduced_exactly(zero, to_tensor):
+    weight = to_tensor((np.tile(np.arange(16, dtype=np.float32), (4, 2)) - zero) * 0.125)
+    params = hqq_params(weight)
     assert params.tensor is None
     assert squared_error(weight, params) == 0.0
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_refinement_clips_no_extreme(seed):
-    weight = Tensor(random_weight(seed).reshape(32, 2, 64))
+@pytest.mark.parametrize("seed", range(2))
+def test_refinement_clips_no_extreme(seed, to_tensor):
+    weight = to_tensor(random_weight(seed).reshape(32, 2, 64))
     inverse_scale, zero = solver.solve_zero_point(weight, 2, 4, 20)
     inverse_scale, zero = solver.refine_least_squares(weight, inverse_scale, zero, 2, 4, 5, True)
-    position = weight.data * inverse_scale.data + zero.data
-    assert position.min() >= -0.5 - 1e-4
-    assert position.max() <= 15.5 + 1e-4
+    position = weight * inverse_scale + zero  # the code position of every weight: within [-0.5, 15.5]
+    assert fns.min(position).item() >= -0.5 - 1e-4 and fns.max(position).item() <= 15.5 + 1e-4
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_error_is_below_round_to_nearest(seed):
-    weight = random_weight(seed)
-    hqq = HQQ(CompressWeightsMode.INT4_ASYM).calculate_quantization_params(Tensor(weight), 1, INT4_G32)
-    assert squared_error(weight, hqq) < 0.9 * squared_error(weight, None)
+@pytest.mark.parametrize("seed", range(2))
+def test_error_is_below_round_to_nearest(seed, to_tensor):
+    weight = to_tensor(random_weight(seed))
+    assert squared_error(weight, hqq_params(weight)) < 0.9 * squared_error(weight, None)
 
 
-def test_int8_rows_of_small_range_are_not_widened():
-    weight = (np.random.default_rng(0).standard_normal((16, 256)) * 1e-3).astype(np.float32)
+def test_int8_rows_of_small_range_are_not_widened(to_tensor):
+    weight = to_tensor((np.random.default_rng(0).standard_normal((16, 256)) * 1e-3).astype(np.float32))
     config = WeightCompressionConfig(CompressWeightsMode.INT8_ASYM)
-    hqq = HQQ(CompressWeightsMode.INT8_ASYM).calculate_quantization_params(Tensor(weight), 1, config)
-    assert squared_error(weight, hqq, config) <= squared_error(weight, None, config)
+    assert squared_error(weight, hqq_params(weight, config=config), config) <= squared_error(weight, None, config)
 
 
 @pytest.mark.parametrize(("num_iterations", "refinement_steps"), [(20, 0), (0, 5), (20, 5)])
-def test_each_step_lowers_the_error_of_the_range_initialisation(num_iterations, refinement_steps):
-    weight = random_weight(5)
-    errors = [
-        squared_error(
-            weight,
-            HQQ(CompressWeightsMode.INT4_ASYM, *steps).calculate_quantization_params(Tensor(weight), 1, INT4_G32),
-        )
-        for steps in ((0, 0), (num_iterations, refinement_steps))
-    ]
-    assert errors[1] < errors[0]
+def test_each_step_lowers_the_error_of_the_range_initialisation(num_iterations, refinement_steps, to_tensor):
+    weight = to_tensor(random_weight(5))
+    steps = (num_iterations, refinement_steps)
+    assert squared_error(weight, hqq_params(weight, *steps)) < squared_error(weight, hqq_params(weight, 0, 0))
