@@ -209,16 +209,15 @@ def refine_least_squares(
     """
 
     def refine(rows: Tensor, s: Tensor, z: Tensor) -> tuple[Tensor, Tensor]:
-        mean_weight = fns.mean(rows, axis=1, keepdims=True)
-        extremes = (fns.min(rows, axis=1, keepdims=True), fns.max(rows, axis=1, keepdims=True))
-        groups = [rows, rows - mean_weight, mean_weight, *extremes]
+        mean_weight, w_min, w_max = (reduce(rows, axis=1, keepdims=True) for reduce in (fns.mean, fns.min, fns.max))
+        centred = rows - mean_weight
 
         def project(s: Tensor, z: Tensor) -> tuple[Tensor, Tensor]:
-            return cap_inverse_scale_to_extremes((groups[3], groups[4]), s, z, num_bits) if preserve_extremes else s, z
+            return cap_inverse_scale_to_extremes((w_min, w_max), s, z, num_bits) if preserve_extremes else s, z
 
         def codes_and_error(s: Tensor, z: Tensor) -> tuple[Tensor, Tensor]:
-            codes = quantize(groups[0], s, z, num_bits)
-            diff = dequantize(codes, s, z) - groups[0]
+            codes = quantize(rows, s, z, num_bits)
+            diff = dequantize(codes, s, z) - rows
             return codes, fns.mean(diff * diff, axis=1, keepdims=True)
 
         s, z = project(s, z)
@@ -226,10 +225,10 @@ def refine_least_squares(
         codes, best_error = codes_and_error(s, z)
         moving = fns.arange(z.shape[0], backend=z.backend, device=z.device)
         for _ in range(rounds):
-            updated_s, updated_z = project(*least_squares_scale_zero(groups[2], groups[1], codes, (s, z)))
+            updated_s, updated_z = project(*least_squares_scale_zero(mean_weight, centred, codes, (s, z)))
             still = ((updated_s != s) | (updated_z != z))[:, 0]
             moving, s, z, best_error = moving[still], updated_s[still], updated_z[still], best_error[still]
-            groups = [x[still] for x in groups]
+            rows, centred, mean_weight, w_min, w_max = (x[still] for x in (rows, centred, mean_weight, w_min, w_max))
             codes, error = codes_and_error(s, z)
             better = (error < best_error)[:, 0]
             best[0][moving[better]], best[1][moving[better]] = s[better], z[better]
