@@ -5,7 +5,6 @@ from openvino import opset13 as opset
 
 import nncf
 from nncf import CompressWeightsMode
-from nncf.parameters import CompressionFormat
 from nncf.quantization.advanced_parameters import AdvancedCompressionParameters
 from nncf.quantization.advanced_parameters import AdvancedHQQParameters
 
@@ -24,6 +23,14 @@ def attention_model() -> ov.Model:
     return ov.Model([linear(attention, "o")], [x])
 
 
+def normalized_linear_model(gain: np.ndarray | None) -> ov.Model:
+    """A layer fed by a normalization's per-channel gain (a Multiply by a constant), or by the input itself."""
+    weight = (np.random.default_rng(0).standard_t(4, (HIDDEN, HIDDEN)) * 0.05).astype(np.float32)
+    x = opset.parameter([1, 8, HIDDEN], ov.Type.f32, name="x")
+    normed = x if gain is None else opset.multiply(x, opset.constant(gain.astype(np.float32)), name="norm")
+    return ov.Model([opset.matmul(normed, opset.constant(weight, name="w"), False, True)], [x])
+
+
 def batched_matmul_model(transpose_b: bool) -> ov.Model:
     """Experts' weights [E, O, H] (MoE layout) on the input [E, T, H], then a 2-D [1024, O] weight."""
     rng = np.random.default_rng(0)
@@ -37,12 +44,12 @@ def batched_matmul_model(transpose_b: bool) -> ov.Model:
     return ov.Model([opset.matmul(opset.relu(experts), weight((1024, HIDDEN), "w2"), False, transpose_b)], [x])
 
 
-def constants(model: ov.Model) -> dict[str, ov.Node]:
-    return {op.get_friendly_name(): op for op in model.get_ops() if op.get_type_name() == "Constant"}
-
-
 def dataset(shape) -> nncf.Dataset:
     return nncf.Dataset([np.random.default_rng(i).normal(size=shape).astype(np.float32) for i in range(4)])
+
+
+def constants(model: ov.Model) -> dict[str, ov.Node]:
+    return {op.get_friendly_name(): op for op in model.get_ops() if op.get_type_name() == "Constant"}
 
 
 def hqq_params(**kwargs) -> AdvancedCompressionParameters:
@@ -54,73 +61,30 @@ def compress(model: ov.Model, hqq: bool, **kwargs) -> ov.Model:
     return nncf.compress_weights(model, hqq=hqq, **{**arguments, **kwargs})
 
 
-@pytest.mark.parametrize("transpose_b", [True, False], ids=["transpose_b", "no_transpose_b"])
-@pytest.mark.parametrize("data", [False, True], ids=["data_free", "awq"])
-def test_every_weight_gets_float_zero_points_and_nncf_codes(transpose_b, data):
-    model = batched_matmul_model(transpose_b)
-    kwargs = {"awq": True, "dataset": dataset((4, 8, HIDDEN))} if data else {}
-    kwargs["advanced_parameters"] = hqq_params(unit_gain=False)  # unit gain keeps codes that are not the nearest
-    found = constants(compress(model, True, **kwargs))
-    for name in ("w", "w2"):
-        assert found[f"{name}/zero_point"].get_element_type() == ov.Type.f16
-        if not data:  # the codes are NNCF's nearest codes for the stored scale and zero point
-            codes = np.array(found[name].get_vector(), np.float32).reshape(found[name].get_output_shape(0))
-            scale, zero_point = (
-                found[f"{name}/{key}"].get_data().astype(np.float32) for key in ("scale", "zero_point")
-            )
-            weight = constants(batched_matmul_model(transpose_b))[name].get_data().reshape(codes.shape)
-            np.testing.assert_array_equal(codes, np.clip(np.round(weight / scale + zero_point), 0, 15))
+def stored(found: dict[str, ov.Node], name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The codes, scale and zero point of a compressed weight, grouped as [rows, groups, group size]."""
+    codes = np.array(found[name].get_vector(), np.float32).reshape(found[name].get_output_shape(0))
+    return codes, *(found[f"{name}/{key}"].get_data().astype(np.float32) for key in ("scale", "zero_point"))
 
 
-@pytest.mark.parametrize("rtn_value_projections", [True, False])
-def test_attention_values_keep_rounding(rtn_value_projections):
-    advanced_parameters = hqq_params(rtn_value_projections=rtn_value_projections)
-    found = constants(compress(attention_model(), True, advanced_parameters=advanced_parameters))
-    assert all(found[f"{name}/zero_point"].get_element_type() == ov.Type.f16 for name in ("q", "k", "o"))
-    assert (found["v/zero_point"].get_element_type() == ov.Type.u4) == rtn_value_projections
+@pytest.mark.parametrize("unit_gain", [False, True], ids=["nearest_codes", "unit_gain"])
+def test_unit_gain_keeps_the_codes_it_computed(unit_gain):
+    found = constants(compress(attention_model(), True, advanced_parameters=hqq_params(unit_gain=unit_gain)))
+    codes, scale, zero_point = stored(found, "q")
+    weight = constants(attention_model())["q"].get_data().reshape(codes.shape)
+    nearest = np.clip(np.round(weight / scale + zero_point), 0, 15)
+    assert np.any(nearest != codes) == unit_gain  # a rescaled group keeps its codes, which NNCF would round anew
 
 
-def test_outputs_are_closer_to_float_than_rtn():
-    x = np.random.default_rng(1).normal(size=(1, 8, HIDDEN)).astype(np.float32)
-    models = (attention_model(), compress(attention_model(), False), compress(attention_model(), True))
-    outputs = [ov.compile_model(m, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})(x)[0] for m in models]
-    errors = [np.linalg.norm(output - outputs[0]) for output in outputs[1:]]
-    assert errors[1] < errors[0]
-
-
-def test_backup_mode_keeps_rounding():  # the last layer takes the backup mode without all_layers
-    found = constants(compress(attention_model(), True, all_layers=None))
-    assert [found[f"{name}/zero_point"].get_element_type() for name in "qkvo"] == [ov.Type.f16] * 2 + [
-        ov.Type.u4,
-        ov.Type.u8,
-    ]
-
-
-def test_hqq_and_its_parameters_are_dumped_to_rt_info():
-    for hqq in (False, True):
-        dumped = compress(attention_model(), hqq).get_rt_info()["nncf"]["weight_compression"]
-        assert dumped["hqq"].value == str(hqq)
-        assert "'hqq_params': {'num_iterations': 20, 'refinement_steps': 5" in dumped["advanced_parameters"].value
-
-
-@pytest.mark.parametrize(
-    ("kwargs", "error"),
-    [
-        ({"mode": CompressWeightsMode.NF4}, nncf.ParameterNotSupportedError),
-        ({"compression_format": CompressionFormat.FQ}, nncf.ParameterNotSupportedError),
-        ({"gptq": True, "dataset": dataset((1, 8, HIDDEN))}, nncf.ParameterNotSupportedError),
-        ({"lora_correction": True, "dataset": dataset((1, 8, HIDDEN))}, nncf.ParameterNotSupportedError),
-        ({"advanced_parameters": hqq_params(calibration_token_rows=-1)}, nncf.ValidationError),
-        ({"advanced_parameters": hqq_params(num_iterations=-1)}, nncf.ValidationError),
-        ({"advanced_parameters": hqq_params(refinement_steps=1.5)}, nncf.ValidationError),
-    ],
-    ids=["nf4", "fq_format", "gptq", "lora_correction", "token_rows", "iterations", "steps"],
-)
-def test_refused_requests_leave_the_model_unchanged(kwargs, error):
-    model = attention_model()
-    with pytest.raises(error):
-        compress(model, True, **kwargs)
-    assert all(op.get_element_type() == ov.Type.f32 for op in constants(model).values())
+def test_input_energy_weighting_lowers_the_error_the_layer_sees():
+    gain = np.exp(np.random.default_rng(1).normal(0.0, 1.5, HIDDEN))
+    errors = []
+    for model_gain in (None, gain):
+        codes, scale, zero_point = stored(constants(compress(normalized_linear_model(model_gain), True)), "w")
+        weight = constants(normalized_linear_model(model_gain))["w"].get_data().reshape(codes.shape)
+        seen = ((codes - zero_point) * scale - weight) * gain.reshape(1, *codes.shape[1:])
+        errors.append(np.sum(seen**2))
+    assert errors[1] < 0.9 * errors[0]  # the weighted solve spends its error on the channels the gain shrinks
 
 
 @pytest.mark.parametrize("transpose_b", [True, False], ids=["transpose_b", "no_transpose_b"])
@@ -130,3 +94,10 @@ def test_scale_estimation_compresses_batched_weights(transpose_b):
     )
     found = constants(model)
     assert [found[f"{name}/zero_point"].get_element_type() for name in ("w", "w2")] == [ov.Type.f16] * 2
+
+
+def test_negative_token_rows_are_refused_before_the_model_changes():
+    model = attention_model()
+    with pytest.raises(nncf.ValidationError):
+        compress(model, True, advanced_parameters=hqq_params(calibration_token_rows=-1))
+    assert all(op.get_element_type() == ov.Type.f32 for op in constants(model).values())
