@@ -158,21 +158,29 @@ def test_patches_apply_in_order_to_the_release(builds: dict[str, Path], tmp_path
             assert (tmp_path / relative).read_text() == path.read_text(), relative
 
 
-def test_series_passes_nncf_ruff_rules(builds: dict[str, Path]) -> None:
-    """Every file the series adds or changes passes ``ruff check`` and ``ruff format --check`` under NNCF's rules
-    (upstream/nncf_ruff.toml, ruff 0.14.14), licence headers included."""
+def assert_passes_nncf_ruff_rules(dest: Path) -> None:
+    """Every file the patches built in ``dest`` add or change passes ``ruff check`` and ``ruff format --check`` under
+    NNCF's rules (upstream/nncf_ruff.toml, ruff 0.14.14), licence headers included."""
     files = sorted(
-        {
-            name
-            for entry in summary(builds["series"])["patches"]
-            for key in ("added_files", "changed_files")
-            for name in entry[key]
-        }
+        {name for entry in summary(dest)["patches"] for key in ("added_files", "changed_files") for name in entry[key]}
     )
     for arguments in (["check", "--no-fix"], ["format", "--check"]):
         command = [sys.executable, "-m", "ruff", *arguments, *files]
-        done = subprocess.run(command, cwd=builds["series"], capture_output=True, text=True, timeout=120)
+        done = subprocess.run(command, cwd=dest, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_series_passes_nncf_ruff_rules(builds: dict[str, Path]) -> None:
+    assert_passes_nncf_ruff_rules(builds["series"])
+
+
+@pytest.mark.parametrize("upto", ["0001", "0002", "0003", "0004"])
+def test_every_patch_passes_nncf_ruff_rules_at_its_own_commit(upto: str, tmp_path: Path) -> None:
+    """A pull request is checked on its own: the tree up to it passes NNCF's rules, not only the whole series
+    (0005's tree is the series')."""
+    done = run_build(tmp_path, "--upto", upto)
+    assert done.returncode == 0, done.stderr
+    assert_passes_nncf_ruff_rules(tmp_path)
 
 
 def test_patches_hold_nothing_of_nncf_hqq(builds: dict[str, Path]) -> None:

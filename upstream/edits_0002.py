@@ -112,15 +112,15 @@ EDITS: list[Edit] = [
         "        zero_point = unpack_uint4(self._zero_point)\n"
         "        zero_point = zero_point.reshape(self.zero_point_shape)\n",
         "        zero_point = self._zero_point\n"
-        "        if zero_point.dtype != torch.float16:\n"
+        "        if not zero_point.is_floating_point():\n"
         "            zero_point = unpack_uint4(zero_point).reshape(self.zero_point_shape)\n",
     ),
     insert_before(
         PT_LAYERS,
         "    @abstractmethod\n    def pack_weight(self, weight: torch.Tensor) -> torch.Tensor:\n",
         "    def _zero_point_buffer(self, zero_point: torch.Tensor) -> torch.Tensor:\n"
-        '        """The stored zero point: packed like the weight, or as it is when float16 (HQQ\'s)."""\n'
-        "        if zero_point.dtype == torch.float16:\n"
+        '        """The stored zero point: packed like the weight, or as it is when float (HQQ\'s)."""\n'
+        "        if zero_point.is_floating_point():\n"
         "            return zero_point\n"
         "        return self.pack_weight(zero_point)\n\n",
     ),

@@ -45,6 +45,15 @@ def test_float_zero_points_and_outputs(mode, group_size):
     assert errors[1] < errors[0]
 
 
+def test_float_zero_points_survive_a_dtype_cast():
+    model, x = model_and_input()
+    compressed = nncf.compress_weights(
+        model, mode=CompressWeightsMode.INT4_ASYM, group_size=32, dataset=nncf.Dataset([x]), hqq=True
+    )
+    expected = compressed(x)
+    torch.testing.assert_close(compressed.float()(x), expected, rtol=1e-3, atol=1e-3)
+
+
 def test_solver_runs_on_torch_tensors():
     weight = torch.randn(16, 64)
     config = WeightCompressionConfig(CompressWeightsMode.INT4_ASYM, group_size=32)

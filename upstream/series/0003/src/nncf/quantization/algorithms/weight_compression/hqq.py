@@ -40,8 +40,8 @@ ATTENTION_VALUE_PORT = 2  # the values' input of a scaled dot-product attention 
 class HQQ:
     """
     Half-Quadratic Quantization (HQQ) of the weights in the primary mode: per group HQQ's float zero point, then
-    least-squares steps that clip no extreme weight, the error weighted by the energy of each input channel; round-to-nearest where it is better and for
-    attention values; a scale for unit gain.
+    least-squares steps that clip no extreme weight, the error weighted by the energy of each input channel;
+    round-to-nearest where it is better and for attention values; a scale for unit gain.
     """
 
     def __init__(

@@ -52,9 +52,10 @@ ATTENTION_VALUE_PORT = 2  # the values' input of a scaled dot-product attention 
 class HQQ:
     """
     Half-Quadratic Quantization (HQQ) of the weights in the primary mode: per group HQQ's float zero point, then
-    least-squares steps that clip no extreme weight, the error weighted by the energy of each input channel; round-to-nearest where it is better and for
-    attention values; a scale for unit gain. With statistics, the scales are then refined on them, and every output
-    row takes whichever of HQQ's, NNCF's Scale Estimation's and round-to-nearest's results fits the data best.
+    least-squares steps that clip no extreme weight, the error weighted by the energy of each input channel;
+    round-to-nearest where it is better and for attention values; a scale for unit gain. With statistics, the scales
+    are then refined on them, and every output row takes whichever of HQQ's, NNCF's Scale Estimation's and
+    round-to-nearest's results fits the data best.
     """
 
     def __init__(
