@@ -61,6 +61,15 @@ class AttentionRole(str, Enum):
     VALUE = "value"
 
 
+def role_of_outputs(reached: list[AttentionRole]) -> AttentionRole | None:
+    """The role of a projection whose output reaches the attention inputs ``reached`` (nearest first): a fused
+    projection (Phi-3's ``qkv_proj``) that produces the values among others counts as a value projection, so the
+    answer does not depend on which of its outputs a graph search meets first; otherwise the nearest role."""
+    if AttentionRole.VALUE in reached:
+        return AttentionRole.VALUE
+    return reached[0] if reached else None
+
+
 class LowBitMode(str, Enum):
     """Asymmetric modes below 4 bits, which NNCF has no ``CompressWeightsMode`` for. Pass one as ``mode`` with
     ``hqq=True``: NNCF plans the compression as INT4_ASYM (groups, ratio, backup layers, ignored scope) and HQQ

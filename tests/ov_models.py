@@ -80,3 +80,30 @@ def conv_and_gather(seed: int = 0, vocab: int = 32) -> ov.Model:
     x = opset.reshape(x, opset.constant(np.array([1, 8, 128], dtype=np.int64)), special_zero=False)
     head = opset.matmul(x, opset.constant(heavy_tailed(rng, (16, 128)), name="head"), False, True, name="head_mm")
     return ov.Model([opset.result(head, name="logits")], [ids], "conv_and_gather")
+
+
+#: Heads of ``fused_qkv_attention``, and its per-head width.
+FUSED_HEADS, FUSED_HEAD_DIM = 4, 16
+
+
+def fused_qkv_attention(orders: tuple[str, ...] = ("qkv", "vqk"), seed: int = 0) -> ov.Model:
+    """Attention blocks with one fused projection each (``qkv_proj``, as Phi-3's): a MatMul whose output rows are
+    split (VariadicSplit on the last axis) into the query, key and value of a ScaledDotProductAttention, in the order
+    each entry of ``orders`` names; then an output projection. Weights: ``qkv_proj_<order>``, ``o_proj_<order>``."""
+    rng = np.random.default_rng(seed)
+    hidden = FUSED_HEADS * FUSED_HEAD_DIM
+    x = opset.parameter([1, 8, hidden], ov.Type.f32, name="x")
+    y: ov.Node = x
+    for order in orders:
+        weight = opset.constant(heavy_tailed(rng, (3 * hidden, hidden)), name=f"qkv_proj_{order}")
+        fused = opset.matmul(y, weight, False, True, name=f"qkv_proj_{order}/matmul")
+        parts = opset.variadic_split(fused, opset.constant(np.int64(-1)), opset.constant(np.array([hidden] * 3)))
+        heads = {}
+        for index, role in enumerate(order):
+            shaped = opset.reshape(parts.output(index), [1, 8, FUSED_HEADS, FUSED_HEAD_DIM], False)
+            heads[role] = opset.transpose(shaped, opset.constant(np.array([0, 2, 1, 3])))
+        attended = opset.scaled_dot_product_attention(heads["q"], heads["k"], heads["v"], causal=True)
+        merged = opset.reshape(opset.transpose(attended, opset.constant(np.array([0, 2, 1, 3]))), [1, 8, hidden], False)
+        out_weight = opset.constant(heavy_tailed(rng, (hidden, hidden)), name=f"o_proj_{order}")
+        y = opset.matmul(merged, out_weight, False, True, name=f"o_proj_{order}/matmul")
+    return ov.Model([opset.result(y)], [x], "fused_qkv_attention")

@@ -11,6 +11,8 @@ from openvino import opset13 as opset
 import nncf_hqq
 from nncf_hqq.openvino.graph import attention_role
 from nncf_hqq.parameters import AttentionRole
+from nncf_hqq.parameters import role_of_outputs
+from tests.ov_models import fused_qkv_attention
 from tests.test_api import zero_point_types
 
 HIDDEN, HEADS = 64, 4
@@ -88,3 +90,38 @@ def test_rtn_roles_layer_equals_nncf_rtn(tmp_path: object) -> None:
 def test_invalid_roles_are_named(roles: object) -> None:
     with pytest.raises(nncf.ValidationError, match="rtn_roles"):
         nncf_hqq.HQQParameters(rtn_roles=roles)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("order", ["qkv", "vqk", "kqv"])
+def test_fused_qkv_projection_is_a_value_projection_whatever_its_split_order(order: str) -> None:
+    model = fused_qkv_attention((order,))  # held: a node's consumers go with its model
+    nodes = constants(model)
+    assert attention_role(nodes[f"qkv_proj_{order}"]) is AttentionRole.VALUE
+    assert attention_role(nodes[f"o_proj_{order}"]) is None
+
+
+@pytest.mark.parametrize(
+    ("reached", "role"),
+    [
+        ([], None),
+        ([AttentionRole.KEY], AttentionRole.KEY),
+        ([AttentionRole.QUERY, AttentionRole.KEY], AttentionRole.QUERY),
+        ([AttentionRole.QUERY, AttentionRole.KEY, AttentionRole.VALUE], AttentionRole.VALUE),
+    ],
+    ids=["none", "key", "nearest", "value_wins"],
+)
+def test_role_of_outputs(reached: list[AttentionRole], role: AttentionRole | None) -> None:
+    assert role_of_outputs(reached) is role
+
+
+def test_fused_qkv_projections_keep_rounding_by_default() -> None:
+    model = nncf.compress_weights(
+        fused_qkv_attention(),
+        mode=nncf.CompressWeightsMode.INT4_ASYM,
+        group_size=32,
+        all_layers=True,
+        hqq=True,
+    )
+    zps = zero_point_types(model)
+    assert zps["qkv_proj_qkv"] == zps["qkv_proj_vqk"] == ov.Type.u4
+    assert zps["o_proj_qkv"] == zps["o_proj_vqk"] == ov.Type.f16

@@ -35,7 +35,8 @@ class Case:
     """One compression: NNCF's arguments, whether HQQ is on, its parameters on both sides (``hqq_params``: the fields
     ``AdvancedHQQParameters`` and ``HQQParameters`` share), the ``nncf_hqq`` preset compared with per build, and the
     builds the case runs on (``core``: patch 0001 alone; ``series``: every patch). ``batched``: the model of a 3-D
-    batched MatMul weight followed by a 2-D one (``batched_matmul_model``) instead of ``transformer_like``."""
+    batched MatMul weight followed by a 2-D one (``batched_matmul_model``) instead of ``transformer_like``;
+    ``fused``: attention blocks with fused QKV projections split in different orders (``fused_qkv_attention``)."""
 
     name: str
     hqq: bool
@@ -49,6 +50,7 @@ class Case:
     patched_params: dict[str, Any] | None = None
     builds: tuple[str, ...] = ("core", "series")
     batched: bool = False
+    fused: bool = False
 
     def hqq_parameters(self, patched: bool = False) -> dict[str, Any]:
         """HQQ's parameters other than the defaults (token rows included), as ``HQQParameters`` fields or, when
@@ -77,6 +79,7 @@ CASES = (
     Case("hqq_awq", True, {"awq": True}, moe=False),
     Case("hqq_awq_data", True, {"awq": True}, True, moe=False),
     Case("hqq_batched_matmul", True, BATCHED_ARGUMENTS, batched=True),
+    Case("hqq_fused_qkv", True, {"group_size": 32, "all_layers": True}, fused=True),
     Case("hqq_batched_matmul_awq_data", True, {**BATCHED_ARGUMENTS, "awq": True}, True, batched=True),
     Case(
         "hqq_batched_matmul_se",
@@ -181,6 +184,10 @@ def model_of(case: Case) -> Any:
         return torch_model()
     if case.batched:
         return batched_matmul_model()
+    if case.fused:
+        from tests.ov_models import fused_qkv_attention
+
+        return fused_qkv_attention()
     from tests.ov_models import transformer_like
 
     return transformer_like(seed=3, moe=case.moe)

@@ -18,6 +18,7 @@ import openvino as ov
 
 from nncf_hqq.hqq import norm_input_energy
 from nncf_hqq.parameters import AttentionRole
+from nncf_hqq.parameters import role_of_outputs
 
 
 def _skip_converts(node: ov.Node) -> ov.Node:
@@ -104,25 +105,26 @@ def attention_role(weight: ov.Node) -> AttentionRole | None:
     found = consuming_matmul(weight)
     if found is None:
         return None
-    frontier, seen = [(found[0], 0)], set()
+    frontier, seen, reached = [(found[0], 0)], set(), []
     while frontier:
         node, depth = frontier.pop(0)
-        for target in node.output(0).get_target_inputs():
+        for target in (t for output in node.outputs() for t in output.get_target_inputs()):
             consumer, index = target.get_node(), target.get_index()
             kind = consumer.get_type_name()
             if kind == "ScaledDotProductAttention" and index in _SDPA_INPUTS:
-                return AttentionRole(_SDPA_INPUTS[index])
+                reached.append(AttentionRole(_SDPA_INPUTS[index]))
+                continue
             if kind == "MatMul":
                 other = consumer.input_value(1 - index).get_node().get_type_name()
                 if other == "Softmax" and index == 1:
-                    return AttentionRole.VALUE
+                    reached.append(AttentionRole.VALUE)
                 continue
             key = consumer.get_friendly_name()
             if kind in _DEAD_ENDS or key in seen or depth >= MAX_DEPTH:
                 continue
             seen.add(key)
             frontier.append((consumer, depth + 1))
-    return None
+    return role_of_outputs(reached)
 
 
 #: How many operations after a MatMul a router's TopK (or a scalar gate's Sigmoid) may come.

@@ -34,6 +34,7 @@ from nncf_hqq._nncf import PTSoftmaxMetatype
 from nncf_hqq._nncf import get_const_data
 from nncf_hqq.hqq import norm_input_energy
 from nncf_hqq.parameters import AttentionRole
+from nncf_hqq.parameters import role_of_outputs
 
 #: How far (in nodes) the role search follows a projection's output towards the attention op.
 MAX_DEPTH = 12
@@ -181,20 +182,21 @@ def attention_role(graph: NNCFGraph, node_with_weight: NNCFNode) -> AttentionRol
     another MatMul) until ``scaled_dot_product_attention`` (the input port gives the role) or, for eager attention,
     a MatMul whose other operand comes from a softmax (through dropout): the value when this is its second operand.
     """
-    frontier, seen = [(node_with_weight, 0)], set()
+    frontier, seen, reached = [(node_with_weight, 0)], set(), []
     while frontier:
         node, depth = frontier.pop(0)
         for edge in graph.get_output_edges(node):
             consumer, port = edge.to_node, edge.input_port_id
             if _is(consumer, PTScaledDotProductAttentionMetatype) and port in _SDPA_ROLES:
-                return _SDPA_ROLES[port]
+                reached.append(_SDPA_ROLES[port])
+                continue
             if _is(consumer, MATMUL_METATYPES):
                 others = [e.from_node for e in graph.get_input_edges(consumer) if e.input_port_id != port]
                 if port == 1 and any(_is(_skip_identities(graph, o), PTSoftmaxMetatype) for o in others):
-                    return AttentionRole.VALUE
+                    reached.append(AttentionRole.VALUE)
                 continue
             if consumer.node_key in seen or depth >= MAX_DEPTH:
                 continue
             seen.add(consumer.node_key)
             frontier.append((consumer, depth + 1))
-    return None
+    return role_of_outputs(reached)

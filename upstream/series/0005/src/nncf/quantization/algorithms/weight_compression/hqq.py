@@ -388,8 +388,9 @@ class HQQ:
             for edge in graph.get_output_edges(frontier.pop()):
                 consumer, port = edge.to_node, edge.input_port_id
                 if consumer.metatype in backend.scaled_dot_product_attention_metatypes:
-                    return port == ATTENTION_VALUE_PORT
-                if consumer.metatype in backend.matmul_metatypes:
+                    if port == ATTENTION_VALUE_PORT:  # also a fused QKV layer, whichever output is met first
+                        return True
+                elif consumer.metatype in backend.matmul_metatypes:
                     first = graph.get_input_edge_by_port_id(consumer, 0).from_node if port == 1 else None
                     if first is not None and first.metatype in backend.softmax_metatypes:
                         return True
