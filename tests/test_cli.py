@@ -9,9 +9,13 @@ tests/conftest.py (the ``llm`` extra) and skip without it.
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -275,3 +279,20 @@ def test_evaluate_prints_a_table_and_writes_json_and_png(
     assert lines[0].split() == ["model", "PPL", "KL", "top-1"]
     assert [line.split()[0] for line in lines[2:5]] == ["fp", "int4_hqq", "xml"]
     assert lines[-2:] == [f"JSON: {json_path}", f"PNG: {png_path}"]
+
+
+def test_sigterm_unwinds_the_command_and_removes_its_scratch(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    made: list[Path] = []
+    before = signal.getsignal(signal.SIGTERM)
+
+    def terminated_while_compressing(args: object) -> int:
+        with tempfile.TemporaryDirectory(dir=tmp_path) as scratch:
+            made.append(Path(scratch))
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(30)  # the handler raises here, at once
+        return 0
+
+    monkeypatch.setattr(cli, "run_compress", terminated_while_compressing)
+    assert cli.main(["compress", "MODEL", str(tmp_path / "out")]) == cli.TERMINATED_EXIT_CODE == 143
+    assert made and not made[0].exists()
+    assert signal.getsignal(signal.SIGTERM) is before

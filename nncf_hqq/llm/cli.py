@@ -17,7 +17,9 @@ import argparse
 import dataclasses
 import inspect
 import logging
+import signal
 import sys
+import threading
 from collections.abc import Iterator
 from collections.abc import Sequence
 from contextlib import contextmanager
@@ -287,12 +289,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     try:
-        with _results_on_stdout_logs_on_stderr():
+        with _termination_unwinds(), _results_on_stdout_logs_on_stderr():
             return int(args.handler(args))
     except OptionError as err:
         args.subparser.print_usage(sys.stderr)
         sys.stderr.write(f"{PROG} {args.command}: error: {err.for_command_line()}\n")
         return 2
+    except _Terminated:
+        sys.stderr.write(f"{PROG}: terminated\n")
+        return TERMINATED_EXIT_CODE
     except KeyboardInterrupt:
         sys.stderr.write(f"{PROG}: interrupted\n")
         return 130
@@ -301,6 +306,33 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         sys.stderr.write(f"{PROG} {args.command}: error: {_describe(err)}\n")
         return 1
+
+
+#: The exit code after SIGTERM (128 + the signal's number, as a shell reports a process it terminated).
+TERMINATED_EXIT_CODE = 128 + signal.SIGTERM
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM (a job scheduler's stop, ``kill``), raised where the program is, so that every ``with`` block unwinds
+    as for Ctrl-C: the export's temporary IR and the scratch dirs beside OUT (gigabytes for a 7B model) are removed."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise _Terminated
+
+
+@contextmanager
+def _termination_unwinds() -> Iterator[None]:
+    """While the command runs, SIGTERM raises ``_Terminated`` instead of ending the process on the spot (the
+    default, which skips every clean-up); the previous handler is put back after. Only the main thread can."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @contextmanager
