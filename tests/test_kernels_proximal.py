@@ -473,3 +473,39 @@ def test_picked_rows_are_gathered_block_by_block() -> None:
     np.testing.assert_array_equal(last[:3], rows[[49, 0, 31]])
     np.testing.assert_array_equal(last[3], np.full(8, 1.5, dtype=np.float32))
     assert last.flags.c_contiguous and last.flags.writeable
+
+
+def test_scratch_buffers_are_reused_and_refilled() -> None:
+    rows = heavy_tailed((50, 8), seed=11)
+    subset = runtime.PickedRows(rows, np.array([3, 7, 8, 20, 49, 0, 31]))
+    scratch = runtime.Scratch()
+    first = runtime.block_rows(subset, 0, 4, 0.0, scratch)
+    padded = runtime.block_rows(rows, 48, 4, 2.5, scratch)  # the second buffer of this block
+    assert first is not padded
+    np.testing.assert_array_equal(padded[2:], 2.5)
+    again = runtime.block_rows(subset, 4, 4, 1.5, scratch.reset())  # the next block: the same buffer, refilled
+    assert again is first
+    np.testing.assert_array_equal(again[:3], rows[[49, 0, 31]])
+    np.testing.assert_array_equal(again[3], 1.5)
+    assert runtime.block_rows(rows, 8, 4, 0.0, scratch) is not padded  # a view: no buffer used
+    assert runtime.block_rows(rows, 48, 4, 0.0, scratch) is padded
+    np.testing.assert_array_equal(padded[:2], rows[48:])
+    np.testing.assert_array_equal(padded[2:], 0.0)
+
+
+def test_picked_rows_through_a_runner_equal_the_gathered_rows() -> None:
+    """Many more blocks than infer requests: a request's scratch buffers are refilled while other requests run, so
+    a buffer reused before its inference ended would change the results."""
+    rows = heavy_tailed((24 * runtime.rows_per_block(16) + 5, 16), seed=12)
+    picked = np.random.default_rng(12).permutation(rows.shape[0])[: rows.shape[0] - 1000]
+    runner = runtime.compiled_extremes(16)
+    block = runner.rows_per_block
+    assert len(runner.queue) < picked.size // block
+    got = np.empty((3, picked.size), dtype=np.float32)
+    subset = runtime.PickedRows(rows, picked)
+    runner.run(picked.size, lambda begin, scratch: [runtime.block_rows(subset, begin, block, 0.0, scratch)], [got])
+    wanted = np.empty_like(got)
+    gathered = rows[picked]
+    runner.run(picked.size, lambda begin, scratch: [runtime.block_rows(gathered, begin, block, 0.0)], [wanted])
+    np.testing.assert_array_equal(got, wanted)
+    np.testing.assert_array_equal(got[:2], np.stack([gathered.min(axis=1), gathered.max(axis=1)]))

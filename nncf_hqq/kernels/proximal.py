@@ -42,6 +42,7 @@ from openvino import opset13 as opset
 from nncf_hqq.kernels.runtime import CACHE_SIZE
 from nncf_hqq.kernels.runtime import BlockRunner
 from nncf_hqq.kernels.runtime import PickedRows
+from nncf_hqq.kernels.runtime import Scratch
 from nncf_hqq.kernels.runtime import as_rows
 from nncf_hqq.kernels.runtime import block_rows
 from nncf_hqq.kernels.runtime import compiled_extremes
@@ -161,7 +162,7 @@ def solve_compiled(weight: Tensor, axis: int, num_bits: int, params: HQQParamete
     else:
         extremes = np.empty((3, rows.shape[0]), dtype=np.float32)
         block = rows_per_block(rows.shape[1])
-        inputs_at = lambda begin: [block_rows(rows, begin, block, 0.0)]  # noqa: E731
+        inputs_at = lambda begin, scratch: [block_rows(rows, begin, block, 0.0, scratch)]  # noqa: E731
         compiled_extremes(rows.shape[1]).run(rows.shape[0], inputs_at, [extremes])
         s_rows, z_rows = (t.data for t in min_max_init_for_range(Tensor(extremes[0]), Tensor(extremes[1]), num_bits))
         total = extremes[2]
@@ -486,7 +487,11 @@ class CompiledSweep:
         z_col = np.ascontiguousarray(zero, dtype=np.float32)[:, None]
         betas = inverse_betas.reshape(1, -1)
         outputs = [zeros[1:], l1, scaled_range]
-        self.runner.run(n, lambda begin: [*block_inputs(rows, s_col, z_col, begin, c), betas], outputs)
+
+        def inputs_at(begin: int, scratch: Scratch) -> list[np.ndarray]:
+            return [*block_inputs(rows, s_col, z_col, begin, c, scratch), betas]
+
+        self.runner.run(n, inputs_at, outputs)
         return zeros, l1, scaled_range
 
 
@@ -514,20 +519,25 @@ class InitialSweep:
         initial = np.empty((3, n), dtype=np.float32)
         betas = np.zeros((1, self.unroll), dtype=np.float32)
         outputs = [zeros[1:], l1, scaled_range, initial]
-        self.runner.run(n, lambda begin: [block_rows(rows, begin, c, 0.0), betas], outputs)
+        self.runner.run(n, lambda begin, scratch: [block_rows(rows, begin, c, 0.0, scratch), betas], outputs)
         zeros[0] = initial[1]
         return initial[0], initial[1], initial[2], (zeros, l1, scaled_range)
 
 
 def block_inputs(
-    rows: np.ndarray | PickedRows, s_col: np.ndarray, z_col: np.ndarray, begin: int, count: int
+    rows: np.ndarray | PickedRows,
+    s_col: np.ndarray,
+    z_col: np.ndarray,
+    begin: int,
+    count: int,
+    scratch: Scratch | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rows ``begin:begin + count`` (views), padded to ``count`` rows for the last, shorter block (weights and
-    zero points with 0, inverse scales with 1)."""
+    zero points with 0, inverse scales with 1); gathered or padded blocks in ``scratch`` when given."""
     return (
-        block_rows(rows, begin, count, 0.0),
-        block_rows(s_col, begin, count, 1.0),
-        block_rows(z_col, begin, count, 0.0),
+        block_rows(rows, begin, count, 0.0, scratch),
+        block_rows(s_col, begin, count, 1.0, scratch),
+        block_rows(z_col, begin, count, 0.0, scratch),
     )
 
 

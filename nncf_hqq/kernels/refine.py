@@ -214,8 +214,9 @@ def with_unit_gain_compiled(grouped: Tensor, compressed: CompressedWeight, axis:
     runner = compiled_gain_sums(block, rows.shape[1], codes.dtype.name)
     sums = np.empty((2, rows.shape[0]), dtype=np.float32)
 
-    def inputs_at(begin: int) -> list[np.ndarray]:
-        return [runtime.block_rows(a, begin, block, fill) for a, fill in ((rows, 0.0), (codes, 0), (per_row, 1.0))]
+    def inputs_at(begin: int, scratch: runtime.Scratch) -> list[np.ndarray]:
+        arrays = ((rows, 0.0), (codes, 0), (per_row, 1.0))
+        return [runtime.block_rows(a, begin, block, fill, scratch) for a, fill in arrays]
 
     runner.run(rows.shape[0], inputs_at, [sums])
     factor = solver_unit_gain(Tensor(sums[0].astype(np.float64)), Tensor(sums[1].astype(np.float64)))
@@ -271,13 +272,15 @@ class RowImportance:
         period = self.table.shape[0]
         return max(period, rows // period * period) if self.periodic else rows
 
-    def block(self, begin: int, count: int) -> np.ndarray:
-        """The importance rows ``[count, R]`` of the block starting at row ``begin`` (ones past the last row)."""
+    def block(self, begin: int, count: int, scratch: runtime.Scratch | None = None) -> np.ndarray:
+        """The importance rows ``[count, R]`` of the block starting at row ``begin`` (ones past the last row), in a
+        scratch buffer when given."""
         if self.periodic and begin % self.table.shape[0] == 0 and count % self.table.shape[0] == 0:
             return self._tiled(count)
         ids = self.group_of_row[begin : begin + count]
-        block = np.ones((count, self.table.shape[1]), dtype=np.float32)
-        block[: ids.size] = self.table[ids]
+        block = runtime.new_array((count, self.table.shape[1]), np.dtype(np.float32), scratch)
+        np.take(self.table, ids, axis=0, out=block[: ids.size])
+        block[ids.size :] = 1.0
         return block
 
     def subset(self, rows: np.ndarray) -> RowImportance:
@@ -332,10 +335,10 @@ class CompiledRows:
         codes = np.empty(rows.shape, dtype=self.codes_dtype) if self.emits_codes else None
         columns = np.ascontiguousarray(columns, dtype=np.float32)
 
-        def inputs_at(begin: int) -> list[np.ndarray]:
-            inputs = [runtime.block_rows(rows, begin, c, 0.0), runtime.block_rows(columns, begin, c, 1.0)]
+        def inputs_at(begin: int, scratch: runtime.Scratch) -> list[np.ndarray]:
+            inputs = [runtime.block_rows(a, begin, c, fill, scratch) for a, fill in ((rows, 0.0), (columns, 1.0))]
             if self.weighted and importance is not None:
-                inputs.append(importance.block(begin, c))
+                inputs.append(importance.block(begin, c, scratch))
             return inputs
 
         self.runner.run(n, inputs_at, [result] if codes is None else [result, codes])

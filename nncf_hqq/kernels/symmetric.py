@@ -144,7 +144,7 @@ def row_extremes(rows: np.ndarray) -> np.ndarray:
     extremes = np.empty((3, rows.shape[0]), dtype=np.float32)
     block = runtime.rows_per_block(rows.shape[1])
     runner = runtime.compiled_extremes(rows.shape[1])
-    runner.run(rows.shape[0], lambda begin: [runtime.block_rows(rows, begin, block, 0.0)], [extremes])
+    runner.run(rows.shape[0], lambda begin, scratch: [runtime.block_rows(rows, begin, block, 0.0, scratch)], [extremes])
     return extremes
 
 
