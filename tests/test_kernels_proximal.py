@@ -219,7 +219,7 @@ def test_other_float_dtypes(dtype: type[np.floating]) -> None:
 
 
 def test_read_only_weights_are_handled() -> None:
-    """NNCF can hand over a read-only view of a model constant; OpenVINO shares only writeable memory."""
+    """NNCF can hand over a read-only view of a model constant: the kernels share it with OpenVINO as it is."""
     weight = heavy_tailed((512, 1024), seed=6)  # several blocks
     weight.setflags(write=False)
     assert_matches_reference(weight, 1, 128, 4, HQQ_DEFAULT)
@@ -509,3 +509,11 @@ def test_picked_rows_through_a_runner_equal_the_gathered_rows() -> None:
     runner.run(picked.size, lambda begin, scratch: [runtime.block_rows(gathered, begin, block, 0.0)], [wanted])
     np.testing.assert_array_equal(got, wanted)
     np.testing.assert_array_equal(got[:2], np.stack([gathered.min(axis=1), gathered.max(axis=1)]))
+
+
+def test_read_only_arrays_are_shared_not_copied() -> None:
+    values = heavy_tailed((16, 8), seed=13)
+    values.setflags(write=False)
+    tensor = runtime.shared_tensor(values)
+    assert np.shares_memory(tensor.data, values)
+    assert tensor.get_element_type() == ov.Type.f32 and tuple(tensor.shape) == values.shape

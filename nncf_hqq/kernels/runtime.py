@@ -154,21 +154,20 @@ class BlockRunner:
                 # without the per-call Python input dispatch of ``start_async(inputs)`` (its cost measured:
                 # docs/research-log.md). An idle request's last inference has ended, so its scratch is free.
                 request_id = self.queue.get_idle_request_id()
-                inputs = [shareable(array) for array in inputs_at(begin, scratch[request_id].reset())]
+                inputs = [np.ascontiguousarray(array) for array in inputs_at(begin, scratch[request_id].reset())]
                 in_flight.append(inputs)
                 request = self.queue[request_id]
                 for index, array in enumerate(inputs):
-                    request.set_input_tensor(index, ov.Tensor(array, shared_memory=True))
+                    request.set_input_tensor(index, shared_tensor(array))
                 self.queue.start_async(userdata=(begin, min(block, n - begin)))
             self.queue.wait_all()
 
 
-def shareable(array: np.ndarray) -> np.ndarray:
-    """``array`` itself where OpenVINO can share its memory as an input tensor (C-contiguous and writeable, which
-    ``ov.Tensor(..., shared_memory=True)`` requires); otherwise a copy (e.g. a read-only view of a model constant)."""
-    if array.flags.c_contiguous and array.flags.writeable:
-        return array
-    return np.array(array, order="C")
+def shared_tensor(array: np.ndarray) -> ov.Tensor:
+    """An OpenVINO tensor over a C-contiguous ``array``'s own memory, also a read-only one (e.g. a view of a model
+    constant, as NNCF hands weights over): ``ov.Tensor(array, shape, type)`` shares it where ``ov.Tensor(array,
+    shared_memory=True)`` would refuse it, and an inference does not write into its inputs."""
+    return ov.Tensor(array, array.shape, ov.Type(array.dtype))
 
 
 class Scratch:
