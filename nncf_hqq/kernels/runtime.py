@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
+from functools import cache
 from functools import lru_cache
 from typing import TypeVar
 
@@ -167,7 +168,14 @@ def shared_tensor(array: np.ndarray) -> ov.Tensor:
     """An OpenVINO tensor over a C-contiguous ``array``'s own memory, also a read-only one (e.g. a view of a model
     constant, as NNCF hands weights over): ``ov.Tensor(array, shape, type)`` shares it where ``ov.Tensor(array,
     shared_memory=True)`` would refuse it, and an inference does not write into its inputs."""
-    return ov.Tensor(array, array.shape, ov.Type(array.dtype))
+    return ov.Tensor(array, array.shape, element_type(array.dtype))
+
+
+@cache
+def element_type(dtype: np.dtype) -> ov.Type:
+    """OpenVINO's element type of a numpy dtype (cached: building an ``ov.Type`` from a dtype takes longer than
+    the tensor itself, and a weight's kernels set thousands of input tensors)."""
+    return ov.Type(dtype)
 
 
 class Scratch:
