@@ -384,13 +384,15 @@ class SettlingRefinement:
     leave it.
 
     Why a group can leave: the next candidate is the least-squares ``(s, z)`` of the last candidate's codes. When it
-    repeats the last candidate, it has the same codes, so every later round computes the same candidate again and
-    the group's best iterate (by error) stays what it is. The compiled rounds compute the candidates from moments
-    of the rounding residual, so a repeated candidate agrees with the last one up to f32 rounding, not bit for bit:
-    ``SETTLE_TOLERANCE`` is well above that rounding (measured: 4.5e-7 of ``s``, 2e-6 of ``z``) and well below a
-    move of the codes (one code of a 128-element group moves ``z`` by about ``1 / 128``). A group that leaves keeps
+    repeats the last candidate, it has the same codes (but for an element on a rounding tie), so every later round
+    computes the same candidate again and the group's best iterate (by error) stays what it is. The compiled rounds
+    compute the candidates from moments of the rounding residual, so a repeated candidate agrees with the last one
+    up to f32 rounding, not bit for bit: ``SETTLE_TOLERANCE`` is well above that rounding (measured: 4.5e-7 of
+    ``s``, 2e-6 of ``z``) and well below a typical move of the codes (one code of a 128-element group moves ``z``
+    by about ``1 / 128``). A group that leaves keeps
     its best iterate; the unchunked refinement would have evaluated its repeats and kept one of them only where
-    their errors differ in the last f32 bits. A group that stays computes what the unchunked refinement computes.
+    their errors differ in the last f32 bits. A group that stays computes what the unchunked refinement computes, up
+    to f32 rounding (OpenVINO may fuse the per-row operations of the two graphs differently).
 
     The first chunk also returns every row's statistics (extremes, weight mean and spread, importance total);
     later chunks take them as inputs and read only the rows still moving (``runtime.PickedRows``).
