@@ -353,8 +353,8 @@ def test_compiled_models_are_cached_per_group_size(fast_calls: list) -> None:
     for rows in (16, 48, 80):  # different layer shapes, same group size
         weight, axis = split_into_groups(Tensor(heavy_tailed((rows, 128))), 1, 64)
         proximal.solve(weight, axis, 4, HQQ_DEFAULT)
-    info = proximal.compiled_sweep.cache_info()
-    assert (info.misses, info.hits, info.maxsize) == (1, 2, runtime.CACHE_SIZE)
+    info = proximal.compiled_sweep.cache_info()  # one model (the later chunks'), asked for by every chunk
+    assert (info.misses, info.maxsize) == (1, runtime.CACHE_SIZE) and info.hits >= 2
 
 
 def test_compress_weights_matches_with_and_without_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -517,3 +517,19 @@ def test_read_only_arrays_are_shared_not_copied() -> None:
     tensor = runtime.shared_tensor(values)
     assert np.shares_memory(tensor.data, values)
     assert tensor.get_element_type() == ov.Type.f32 and tuple(tensor.shape) == values.shape
+
+
+def test_sweep_without_extremes_computes_the_same_iterations() -> None:
+    """The settling sweep's later chunks leave out ``min``/``max`` of ``W * s`` (not used); the rest is the same."""
+    rows = heavy_tailed((300, 64), seed=14)
+    s = (15.0 / (rows.max(axis=1) - rows.min(axis=1))).astype(np.float32)
+    z = np.full(rows.shape[0], 7.5, dtype=np.float32)
+    betas = np.zeros(proximal.SETTLE_CHUNK, dtype=np.float32)
+    subset = runtime.PickedRows(rows, np.arange(0, rows.shape[0], 3))
+    full = proximal.compiled_sweep(64, proximal.SETTLE_CHUNK, 4, None).run(subset, s[::3], z[::3], betas)
+    bare = proximal.compiled_sweep(64, proximal.SETTLE_CHUNK, 4, None, extremes=False).run(
+        subset, s[::3], z[::3], betas
+    )
+    assert bare[2] is None and full[2] is not None
+    np.testing.assert_array_equal(bare[0], full[0])
+    np.testing.assert_array_equal(bare[1], full[1])
