@@ -116,15 +116,6 @@ def as_float32_numpy(weight: Tensor) -> Tensor:
     return weight if weight.dtype == TensorDataType.float32 else weight.astype(TensorDataType.float32)
 
 
-def writeable(weight: Tensor) -> Tensor:
-    """A numpy ``weight`` as it is when its memory is writeable, else a writeable copy (e.g. of a model constant's
-    read-only view): the compiled kernels hand their inputs to OpenVINO as shared memory, which must be writeable,
-    so one copy here saves a copy of every block in every kernel."""
-    if weight.backend != TensorBackend.numpy or weight.data.flags.writeable:
-        return weight
-    return Tensor(np.array(weight.data))
-
-
 def norm_input_energy(gamma: np.ndarray, beta: np.ndarray | None) -> np.ndarray | None:
     """Expected energy ``gamma^2 + beta^2`` of each input channel of a MatMul fed by a normalisation
     ``x_hat * gamma (+ beta)`` (``x_hat`` of zero mean and unit mean square per token), floored by
@@ -249,7 +240,7 @@ class HQQ:
         if len(axes) > 1:
             return self.compress_over_axes(weight, axes, config, role)
         params, bits = self.params, self.bits(config)
-        grouped, axis = split_into_groups(writeable(as_float32_numpy(weight)), axes[0], config.group_size)
+        grouped, axis = split_into_groups(as_float32_numpy(weight), axes[0], config.group_size)
         weights = None
         if importance is not None:
             weights = importance_along_groups(importance, tuple(weight.shape), axes[0], config.group_size)

@@ -29,6 +29,7 @@ from nncf_hqq.maths.conversion import to_compressed_weight
 from nncf_hqq.maths.core import rtn_scale_zero_point
 from nncf_hqq.maths.core import split_into_groups
 from nncf_hqq.maths.core import stored_group_error
+from nncf_hqq.maths.core import stored_parameters
 from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import HQQParameters
 from nncf_hqq.parameters import ZeroPointFormat
@@ -224,3 +225,74 @@ def test_compress_weights_with_and_without_compiled_refinement(monkeypatch: pyte
         outputs.append(ov_models.run(model, ids))
     compression_error = np.linalg.norm(outputs[1] - original)
     assert np.linalg.norm(outputs[0] - outputs[1]) <= 0.05 * compression_error
+
+
+def test_repeats_is_the_tolerance_on_both_parameters() -> None:
+    q_max = 15.0
+    tolerance = refine.SETTLE_TOLERANCE
+    last_s, last_z = np.float32(40.0), np.float32(7.25)
+    step_s, step_z = float(last_s) * tolerance, (float(last_z) + q_max) * tolerance
+    candidates = np.array(
+        [
+            [last_s, last_z],  # the same candidate
+            [last_s + 0.5 * step_s, last_z - 0.5 * step_z],  # within the tolerance
+            [last_s + 2.0 * step_s, last_z],  # the scale moved
+            [last_s, last_z + 2.0 * step_z],  # the zero point moved
+            [np.nan, last_z],  # never settled
+        ],
+        dtype=np.float32,
+    ).T
+    lasts = np.broadcast_to(np.array([[last_s], [last_z]], dtype=np.float32), candidates.shape)
+    got = refine.repeats(np.concatenate([candidates, lasts]), q_max)
+    np.testing.assert_array_equal(got, [True, True, False, False, False])
+
+
+def group_errors(rows: np.ndarray, s: np.ndarray, z: np.ndarray, importance: np.ndarray | None) -> np.ndarray:
+    """Every row's (weighted) mean squared error for the HQQ-convention ``(s, z)``, in float64."""
+    codes = np.clip(np.round(rows * s[:, None] + z[:, None]), 0, 15)
+    diff = (codes.astype(np.float64) - z[:, None]) / s[:, None] - rows
+    weights = np.ones_like(rows, dtype=np.float64) if importance is None else importance.astype(np.float64)
+    return (weights * diff * diff).sum(axis=1) / weights.sum(axis=1)
+
+
+@pytest.mark.parametrize("preserve_extremes", [True, False], ids=["preserve-extremes", "free-scale"])
+@pytest.mark.parametrize("integer_zero", [True, False], ids=["integer-zp", "float-zp"])
+@pytest.mark.parametrize("weighted", [True, False], ids=["weighted", "unweighted"])
+def test_settled_groups_leave_without_changing_the_result(
+    weighted: bool, integer_zero: bool, preserve_extremes: bool
+) -> None:
+    """Chunks of two evaluations against one chunk of all six (the unchunked kernel): groups leave after every
+    chunk, and each group's best iterate keeps its error (within 1e-5 relative: the unchunked kernel evaluates the
+    settled groups' repeats, which differ from them in the last f32 bits) and its stored scale and zero point."""
+    grouped, axis, importance = case((256, 1024), 1, 64, weighted, seed=13)
+    s, z = proximal.solve(grouped, axis, 4, HQQ_DEFAULT)
+    rows = runtime.as_rows(grouped.data, axis)
+    columns = np.stack([runtime.as_rows(t.data, axis)[:, 0] for t in (s, z)], axis=1)
+    row_importance = None
+    if importance is not None:
+        row_importance = refine.RowImportance.of(importance.data, s.shape, axis)
+    block = runtime.rows_per_block(64)
+    config = (block, 64, 5, 4, integer_zero, weighted, preserve_extremes)
+    settling = refine.SettlingRefinement(*config, chunks=(2,))
+    got = settling.run(rows, columns, row_importance)
+    unchunked = refine.SettlingRefinement(*config, chunks=(6,))
+    wanted = unchunked.run(rows, columns, row_importance)
+    assert unchunked.chunk_rows == [rows.shape[0]]
+    assert settling.chunk_rows[0] > settling.chunk_rows[1] > settling.chunk_rows[2] > 0  # groups left, others stayed
+    for got_values, wanted_values in zip(got[2:], wanted[2:], strict=True):  # the extremes
+        np.testing.assert_array_equal(got_values, wanted_values)
+    weights = None if row_importance is None else row_importance.rows()
+    got_error, wanted_error = (group_errors(rows, *result[:2], weights) for result in (got, wanted))
+    np.testing.assert_allclose(got_error, wanted_error, rtol=1e-5)
+    stored = [stored_parameters(Tensor(1.0 / r[0]), Tensor(r[1]), 4, integer_zero) for r in (got, wanted)]
+    same = (stored[0][0].data == stored[1][0].data) & (stored[0][1].data == stored[1][1].data)
+    assert same.mean() >= 0.999
+
+
+@pytest.mark.parametrize("weighted", [True, False], ids=["weighted", "unweighted"])
+def test_settling_float_zero_points_matches_reference(monkeypatch: pytest.MonkeyPatch, weighted: bool) -> None:
+    """The float zero point's refinement runs in one chunk by default; in chunks that drop settled groups it still
+    matches the reference."""
+    monkeypatch.setattr(refine, "refine_chunks", lambda integer_zero, rounds: (2,))
+    grouped, axis, importance = case((192, 384), 1, 64, weighted, seed=14)
+    assert_matches_reference(grouped, axis, 4, HQQ_DEFAULT, importance)

@@ -239,3 +239,17 @@ def test_return_free_heap_gives_freed_blocks_back_to_the_system() -> None:
     assert freed > before - 64 * 1024  # glibc kept most of the freed blocks
     assert trimmed < freed - 128 * 1024  # and gave them back
     assert float(pinned.sum()) == 16384.0
+
+
+def test_read_only_file_mapping_finds_a_mapping_among_thousands() -> None:
+    """The lookup bisects the address-ordered lines: a mapping at either end, or in the middle, of many."""
+    lines = [f"{0x10000 * i:x}-{0x10000 * i + 0x8000:x} rw-p 00000000 00:00 0" for i in range(1, 3000)]
+    lines[0] = lines[0].replace("rw-p 00000000 00:00 0", "r--s 00000000 fe:00 1 /models/first.bin")
+    lines[1500] = lines[1500].replace("rw-p 00000000 00:00 0", "r--s 00000000 fe:00 2 /models/middle.bin")
+    lines[-1] = lines[-1].replace("rw-p 00000000 00:00 0", "r--s 00000000 fe:00 3 /models/last.bin")
+    maps = "\n".join(lines) + "\n"
+    for index, expected in ((0, True), (1500, True), (2998, True), (1, False), (1499, False), (2997, False)):
+        begin = 0x10000 * (index + 1)
+        assert pages.read_only_file_mapping(begin + 0x100, begin + 0x200, maps) is expected
+        assert not pages.read_only_file_mapping(begin + 0x7000, begin + 0x9000, maps)  # runs past its end
+        assert not pages.read_only_file_mapping(begin + 0x9000, begin + 0xA000, maps)  # between two mappings

@@ -80,8 +80,8 @@ def refine_compiled(
     runner = compiled_refinement(block, groups, group_size, inputs.shape[-1], num_bits, rounds, tuple(scale_factors))
     best = np.empty((out, groups), dtype=np.float32)
 
-    def inputs_at(begin: int) -> list[np.ndarray]:
-        padded = [runtime.block_rows(a, begin, block, fill) for a, fill in ((rows, 0.0), (s, 1.0), (z, 0.0))]
+    def inputs_at(begin: int, scratch: runtime.Scratch) -> list[np.ndarray]:
+        padded = [runtime.block_rows(a, begin, block, fill, scratch) for a, fill in ((rows, 0.0), (s, 1.0), (z, 0.0))]
         return [*padded, inputs]
 
     runner.run(out, inputs_at, [best])

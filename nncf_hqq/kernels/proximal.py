@@ -42,6 +42,7 @@ from openvino import opset13 as opset
 from nncf_hqq.kernels.runtime import CACHE_SIZE
 from nncf_hqq.kernels.runtime import BlockRunner
 from nncf_hqq.kernels.runtime import PickedRows
+from nncf_hqq.kernels.runtime import Scratch
 from nncf_hqq.kernels.runtime import as_rows
 from nncf_hqq.kernels.runtime import block_rows
 from nncf_hqq.kernels.runtime import compiled_extremes
@@ -161,7 +162,7 @@ def solve_compiled(weight: Tensor, axis: int, num_bits: int, params: HQQParamete
     else:
         extremes = np.empty((3, rows.shape[0]), dtype=np.float32)
         block = rows_per_block(rows.shape[1])
-        inputs_at = lambda begin: [block_rows(rows, begin, block, 0.0)]  # noqa: E731
+        inputs_at = lambda begin, scratch: [block_rows(rows, begin, block, 0.0, scratch)]  # noqa: E731
         compiled_extremes(rows.shape[1]).run(rows.shape[0], inputs_at, [extremes])
         s_rows, z_rows = (t.data for t in min_max_init_for_range(Tensor(extremes[0]), Tensor(extremes[1]), num_bits))
         total = extremes[2]
@@ -376,15 +377,19 @@ class _ProximalRun(ProximalReplay):
         self.settling = settles(params)
         self.first_chunk = first_chunk if self.settling else None
         unroll = SETTLE_CHUNK if self.settling else self.unroll
-        self.sweep = compiled_sweep(rows.shape[1], unroll, num_bits, 1.0 if self.soft_threshold else None)
+        self.sweep_config = (rows.shape[1], unroll, num_bits, 1.0 if self.soft_threshold else None)
+
+    def sweep(self, extremes: bool = True) -> CompiledSweep:
+        """The compiled sweep of this run (compiled when first needed; with or without the extremes output)."""
+        return compiled_sweep(*self.sweep_config, extremes)
 
     def trajectories(self, start: np.ndarray, betas: list[float]) -> tuple[np.ndarray, np.ndarray]:
         """Zero points ``[K + 1, N]`` and summed |r| ``[K, N]`` (of the scaled residual) of ``K`` iterations."""
         if not self.settling:
             inverse_betas = np.zeros(self.unroll, dtype=np.float32)
             inverse_betas[: len(betas)] = [1.0 / beta for beta in betas]
-            zeros, l1, scaled_range = self.sweep.run(self.rows, self.inverse_scale, start, inverse_betas)
-            zeros, l1 = zeros[: len(betas) + 1], l1[: len(betas)]
+            zeros, l1, extremes = self.sweep().run(self.rows, self.inverse_scale, start, inverse_betas)
+            zeros, l1, scaled_range = zeros[: len(betas) + 1], l1[: len(betas)], cast(np.ndarray, extremes)
         else:
             zeros, l1, scaled_range = self.hard_rounding_trajectories(start, len(betas))
         if not self.soft_threshold:
@@ -398,12 +403,16 @@ class _ProximalRun(ProximalReplay):
         groups leaving (see ``ProximalReplay.settling_trajectories``); also ``min``/``max`` of ``W * s``."""
         no_betas = np.zeros(SETTLE_CHUNK, dtype=np.float32)
 
-        def run_chunk(picked: slice | np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        def run_chunk(
+            picked: slice | np.ndarray, start: np.ndarray
+        ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
             if isinstance(picked, slice) and self.first_chunk is not None:  # computed from these very ``start``
                 chunk, self.first_chunk = self.first_chunk, None
                 return chunk
-            rows = self.rows if isinstance(picked, slice) else PickedRows(self.rows, picked)
-            return self.sweep.run(rows, self.inverse_scale[picked], start, no_betas)
+            if isinstance(picked, slice):  # a first chunk: its extremes are the trajectories' (after 20 iterations)
+                return self.sweep().run(self.rows, self.inverse_scale, start, no_betas)
+            rows = PickedRows(self.rows, picked)  # a later chunk: its extremes are not used
+            return self.sweep(extremes=False).run(rows, self.inverse_scale[picked], start, no_betas)
 
         zeros, l1, scaled_range = super().settling_trajectories(zero, steps, run_chunk)
         return zeros, l1, cast(np.ndarray, scaled_range)  # the first chunk always runs
@@ -474,19 +483,23 @@ class CompiledSweep:
 
     def run(
         self, rows: np.ndarray | PickedRows, inverse_scale: np.ndarray, zero: np.ndarray, inverse_betas: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """Zero points ``[unroll + 1, N]`` (row 0: ``zero``), summed |r| ``[unroll, N]`` and the minimum and
-        maximum of ``W * s`` ``[2, N]`` of every row."""
+        maximum of ``W * s`` ``[2, N]`` of every row (None from a model built without them)."""
         n, c = rows.shape[0], self.rows_per_block
         zeros = np.empty((self.unroll + 1, n), dtype=np.float32)
         zeros[0] = zero
         l1 = np.empty((self.unroll, n), dtype=np.float32)
-        scaled_range = np.empty((2, n), dtype=np.float32)
+        scaled_range = np.empty((2, n), dtype=np.float32) if len(self.runner.compiled.outputs) > 2 else None
         s_col = np.ascontiguousarray(inverse_scale, dtype=np.float32)[:, None]
         z_col = np.ascontiguousarray(zero, dtype=np.float32)[:, None]
         betas = inverse_betas.reshape(1, -1)
-        outputs = [zeros[1:], l1, scaled_range]
-        self.runner.run(n, lambda begin: [*block_inputs(rows, s_col, z_col, begin, c), betas], outputs)
+        outputs = [zeros[1:], l1] if scaled_range is None else [zeros[1:], l1, scaled_range]
+
+        def inputs_at(begin: int, scratch: Scratch) -> list[np.ndarray]:
+            return [*block_inputs(rows, s_col, z_col, begin, c, scratch), betas]
+
+        self.runner.run(n, inputs_at, outputs)
         return zeros, l1, scaled_range
 
 
@@ -514,28 +527,35 @@ class InitialSweep:
         initial = np.empty((3, n), dtype=np.float32)
         betas = np.zeros((1, self.unroll), dtype=np.float32)
         outputs = [zeros[1:], l1, scaled_range, initial]
-        self.runner.run(n, lambda begin: [block_rows(rows, begin, c, 0.0), betas], outputs)
+        self.runner.run(n, lambda begin, scratch: [block_rows(rows, begin, c, 0.0, scratch), betas], outputs)
         zeros[0] = initial[1]
         return initial[0], initial[1], initial[2], (zeros, l1, scaled_range)
 
 
 def block_inputs(
-    rows: np.ndarray | PickedRows, s_col: np.ndarray, z_col: np.ndarray, begin: int, count: int
+    rows: np.ndarray | PickedRows,
+    s_col: np.ndarray,
+    z_col: np.ndarray,
+    begin: int,
+    count: int,
+    scratch: Scratch | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rows ``begin:begin + count`` (views), padded to ``count`` rows for the last, shorter block (weights and
-    zero points with 0, inverse scales with 1)."""
+    zero points with 0, inverse scales with 1); gathered or padded blocks in ``scratch`` when given."""
     return (
-        block_rows(rows, begin, count, 0.0),
-        block_rows(s_col, begin, count, 1.0),
-        block_rows(z_col, begin, count, 0.0),
+        block_rows(rows, begin, count, 0.0, scratch),
+        block_rows(s_col, begin, count, 1.0, scratch),
+        block_rows(z_col, begin, count, 0.0, scratch),
     )
 
 
 @lru_cache(maxsize=CACHE_SIZE)
-def compiled_sweep(group_size: int, unroll: int, num_bits: int, shrink_p: float | None) -> CompiledSweep:
+def compiled_sweep(
+    group_size: int, unroll: int, num_bits: int, shrink_p: float | None, extremes: bool = True
+) -> CompiledSweep:
     """The compiled sweep for one group size, unroll depth, bit width and shrinkage (LRU cached)."""
     block = rows_per_block(group_size)
-    model = build_sweep_model(block, group_size, unroll, levels_max(num_bits), shrink_p)
+    model = build_sweep_model(block, group_size, unroll, levels_max(num_bits), shrink_p, extremes=extremes)
     return CompiledSweep(model, block, unroll)
 
 
@@ -558,7 +578,13 @@ def min_max_init_nodes(w_min: ov.Node, w_max: ov.Node, q_max: float) -> tuple[ov
 
 
 def build_sweep_model(
-    rows: int, group_size: int, unroll: int, q_max: float, shrink_p: float | None, initialise: bool = False
+    rows: int,
+    group_size: int,
+    unroll: int,
+    q_max: float,
+    shrink_p: float | None,
+    initialise: bool = False,
+    extremes: bool = True,
 ) -> ov.Model:
     """``unroll`` HQQ iterations in the scaled domain for a ``[rows, group_size]`` block.
 
@@ -570,15 +596,18 @@ def build_sweep_model(
     the summed |r| of every iteration, both ``[unroll, rows]``, and ``min``/``max`` of ``W * s`` ``[2, rows]``.
     With ``initialise``, the inverse scale and starting zero point are HQQ's min/max initialisation computed in the
     model (``min_max_init_nodes``; inputs: the weight and ``1 / beta``), and a fourth output ``[3, rows]`` holds
-    them and every row's sum.
+    them and every row's sum; ``min``/``max`` of ``W * s`` are then ``min(W) * s`` and ``max(W) * s`` (the same
+    values: rounding a product by a positive ``s`` keeps the order). Without ``extremes`` (and without
+    ``initialise``) the third output is left out: the settling sweep's later chunks do not use it, and its two
+    reductions cost a fifth of a chunk.
     """
     weight = opset.parameter([rows, group_size], ov.Type.f32, name="weight")
     inverse_betas = opset.parameter([1, unroll], ov.Type.f32, name="inverse_betas")
     axis = opset.constant(np.array([1], dtype=np.int64))
     initial = []
     if initialise:
-        w_min = opset.reduce_min(weight, axis, keep_dims=True)
-        inverse_scale, zero = min_max_init_nodes(w_min, opset.reduce_max(weight, axis, keep_dims=True), q_max)
+        w_min, w_max = opset.reduce_min(weight, axis, keep_dims=True), opset.reduce_max(weight, axis, keep_dims=True)
+        inverse_scale, zero = min_max_init_nodes(w_min, w_max, q_max)
         initial = [stack_columns([inverse_scale, zero, opset.reduce_sum(weight, axis, keep_dims=True)], rows)]
         parameters = [weight, inverse_betas]
     else:
@@ -604,8 +633,13 @@ def build_sweep_model(
             continue
         z = opset.subtract(z, opset.divide(opset.reduce_sum(residual, axis, keep_dims=True), count))
         zeros.append(z)
-    extremes = [opset.reduce_min(scaled, axis, keep_dims=True), opset.reduce_max(scaled, axis, keep_dims=True)]
-    outputs = [stack_columns(zeros, rows), stack_columns(l1, rows), stack_columns(extremes, rows), *initial]
+    outputs = [stack_columns(zeros, rows), stack_columns(l1, rows)]
+    if initialise:
+        scaled_range = [opset.multiply(w_min, inverse_scale), opset.multiply(w_max, inverse_scale)]
+        outputs += [stack_columns(scaled_range, rows), *initial]
+    elif extremes:
+        scaled_range = [opset.reduce_min(scaled, axis, keep_dims=True), opset.reduce_max(scaled, axis, keep_dims=True)]
+        outputs.append(stack_columns(scaled_range, rows))
     return ov.Model(outputs, parameters, "hqq_sweep")
 
 

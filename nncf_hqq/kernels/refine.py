@@ -7,10 +7,12 @@ or integer zero point) and the per-group RTN guard. ``finish_reference`` is the 
 ``NNCF_DISABLE_OPTIMIZED_COMPRESSION``).
 
 Every step only ever needs one group's elements, so groups are laid out as rows ``[N, R]``:
-- one model unrolls all refinement rounds for a block of rows (the block stays in the CPU caches for the whole
-  refinement) and also returns every row's minimum and maximum (NNCF's RTN parameters follow from them); each
-  round reads the rounding residual ``r = codes - (W * s + z)`` once and keeps three per-row means (of ``r``,
-  ``r^2`` and ``r`` times the weight), from which both the error and the least-squares refit follow;
+- one model unrolls the refinement rounds for a block of rows (the block stays in the CPU caches for all of them)
+  and also returns every row's minimum and maximum (NNCF's RTN parameters follow from them); each round reads the
+  rounding residual ``r = codes - (W * s + z)`` once and keeps three per-row means (of ``r``, ``r^2`` and ``r``
+  times the weight), from which both the error and the least-squares refit follow. With an integer zero point the
+  rounds run in chunks, and the groups that have reached their least-squares fixed point leave after each chunk
+  (``SettlingRefinement``);
 - the f16 rounding of the stored values is done in numpy on the per-row parameters only (OpenVINO folds a
   f32 -> f16 -> f32 Convert pair away), and a second model returns the stored HQQ and RTN errors of every row
   and the codes of the parameters each row keeps (so the weight is never encoded again in numpy).
@@ -52,8 +54,18 @@ from nncf_hqq.maths.solver import refine_scale_and_zero
 from nncf_hqq.parameters import HQQParameters
 from nncf_hqq.parameters import ZeroPointFormat
 
-#: Compiled models kept (one per group size, bit width, rounds, zero-point kind and weighting).
+#: Compiled models kept (one per group size, bit width, evaluations, zero-point kind, weighting and chunk kind).
 CACHE_SIZE = 16
+
+
+#: Evaluations of the refinement's chunks with an integer zero point, the last repeated (``refine_chunks``); after
+#: each chunk the groups whose next candidate repeats their last one leave it (``SettlingRefinement``).
+INTEGER_ZERO_CHUNKS = (4, 2)
+
+
+#: Relative change below which a candidate of the refinement repeats the last one (``repeats``): 8 units in the
+#: last place at 1.0, above the f32 rounding of the compiled rounds' candidates.
+SETTLE_TOLERANCE = 2.0**-20
 
 
 def finish(
@@ -146,7 +158,7 @@ def finish_compiled(
     columns = np.stack([runtime.as_rows(numpy_f32(t), axis)[:, 0] for t in (inverse_scale, zero)], axis=1)
     integer_zero_point = is_integer_zero_point(params)
     weighted = row_importance is not None
-    refinement = compiled_refinement(
+    refinement = SettlingRefinement(
         block, rows.shape[1], params.refine_rounds, num_bits, integer_zero_point, weighted, params.preserve_extremes
     )
     s, z, w_min, w_max = refinement.run(rows, columns, row_importance)
@@ -214,8 +226,9 @@ def with_unit_gain_compiled(grouped: Tensor, compressed: CompressedWeight, axis:
     runner = compiled_gain_sums(block, rows.shape[1], codes.dtype.name)
     sums = np.empty((2, rows.shape[0]), dtype=np.float32)
 
-    def inputs_at(begin: int) -> list[np.ndarray]:
-        return [runtime.block_rows(a, begin, block, fill) for a, fill in ((rows, 0.0), (codes, 0), (per_row, 1.0))]
+    def inputs_at(begin: int, scratch: runtime.Scratch) -> list[np.ndarray]:
+        arrays = ((rows, 0.0), (codes, 0), (per_row, 1.0))
+        return [runtime.block_rows(a, begin, block, fill, scratch) for a, fill in arrays]
 
     runner.run(rows.shape[0], inputs_at, [sums])
     factor = solver_unit_gain(Tensor(sums[0].astype(np.float64)), Tensor(sums[1].astype(np.float64)))
@@ -271,13 +284,15 @@ class RowImportance:
         period = self.table.shape[0]
         return max(period, rows // period * period) if self.periodic else rows
 
-    def block(self, begin: int, count: int) -> np.ndarray:
-        """The importance rows ``[count, R]`` of the block starting at row ``begin`` (ones past the last row)."""
+    def block(self, begin: int, count: int, scratch: runtime.Scratch | None = None) -> np.ndarray:
+        """The importance rows ``[count, R]`` of the block starting at row ``begin`` (ones past the last row), in a
+        scratch buffer when given."""
         if self.periodic and begin % self.table.shape[0] == 0 and count % self.table.shape[0] == 0:
             return self._tiled(count)
         ids = self.group_of_row[begin : begin + count]
-        block = np.ones((count, self.table.shape[1]), dtype=np.float32)
-        block[: ids.size] = self.table[ids]
+        block = runtime.new_array((count, self.table.shape[1]), np.dtype(np.float32), scratch)
+        np.take(self.table, ids, axis=0, out=block[: ids.size])
+        block[ids.size :] = 1.0
         return block
 
     def subset(self, rows: np.ndarray) -> RowImportance:
@@ -310,7 +325,9 @@ class CompiledRows:
         #: Element type of the codes output (uint8 or int8).
         self.codes_dtype = self.runner.compiled.output(1).get_element_type().to_dtype() if self.emits_codes else None
 
-    def run(self, rows: np.ndarray, columns: np.ndarray, importance: RowImportance | None) -> np.ndarray:
+    def run(
+        self, rows: np.ndarray | runtime.PickedRows, columns: np.ndarray, importance: RowImportance | None
+    ) -> np.ndarray:
         """The model's per-row values ``[m, N]`` for weight rows ``[N, R]`` and per-row parameters ``[N, k]``."""
         return self._run(rows, columns, importance)[0]
 
@@ -325,17 +342,17 @@ class CompiledRows:
         return result, codes
 
     def _run(
-        self, rows: np.ndarray, columns: np.ndarray, importance: RowImportance | None
+        self, rows: np.ndarray | runtime.PickedRows, columns: np.ndarray, importance: RowImportance | None
     ) -> tuple[np.ndarray, np.ndarray | None]:
         n, c = rows.shape[0], self.rows_per_block
         result = np.empty((self.outputs, n), dtype=np.float32)
         codes = np.empty(rows.shape, dtype=self.codes_dtype) if self.emits_codes else None
         columns = np.ascontiguousarray(columns, dtype=np.float32)
 
-        def inputs_at(begin: int) -> list[np.ndarray]:
-            inputs = [runtime.block_rows(rows, begin, c, 0.0), runtime.block_rows(columns, begin, c, 1.0)]
+        def inputs_at(begin: int, scratch: runtime.Scratch) -> list[np.ndarray]:
+            inputs = [runtime.block_rows(a, begin, c, fill, scratch) for a, fill in ((rows, 0.0), (columns, 1.0))]
             if self.weighted and importance is not None:
-                inputs.append(importance.block(begin, c))
+                inputs.append(importance.block(begin, c, scratch))
             return inputs
 
         self.runner.run(n, inputs_at, [result] if codes is None else [result, codes])
@@ -346,16 +363,109 @@ class CompiledRows:
 def compiled_refinement(
     block: int,
     group_size: int,
-    rounds: int,
+    evaluations: int,
     num_bits: int,
     integer_zero: bool,
     weighted: bool,
     preserve_extremes: bool,
+    first: bool = True,
 ) -> CompiledRows:
-    """The compiled refinement for blocks of ``block`` rows of one configuration (LRU cached)."""
+    """A compiled chunk of the refinement (``build_refinement_model``) for blocks of ``block`` rows (LRU cached)."""
     q_max = levels_max(num_bits)
-    model = build_refinement_model(block, group_size, rounds, q_max, integer_zero, weighted, preserve_extremes)
+    model = build_refinement_model(
+        block, group_size, evaluations, q_max, integer_zero, weighted, preserve_extremes, first
+    )
     return CompiledRows(model, block, weighted)
+
+
+class SettlingRefinement:
+    """The refinement's ``rounds + 1`` evaluations (the incoming candidate and one per round) in chunks
+    (``refine_chunks``); after each chunk the groups whose next candidate repeats their last one (``repeats``)
+    leave it.
+
+    Why a group can leave: the next candidate is the least-squares ``(s, z)`` of the last candidate's codes. When it
+    repeats the last candidate, it has the same codes (but for an element on a rounding tie), so every later round
+    computes the same candidate again and the group's best iterate (by error) stays what it is. The compiled rounds
+    compute the candidates from moments of the rounding residual, so a repeated candidate agrees with the last one
+    up to f32 rounding, not bit for bit: ``SETTLE_TOLERANCE`` is well above that rounding (measured: 4.5e-7 of
+    ``s``, 2e-6 of ``z``) and well below a typical move of the codes (one code of a 128-element group moves ``z``
+    by about ``1 / 128``). A group that leaves keeps
+    its best iterate; the unchunked refinement would have evaluated its repeats and kept one of them only where
+    their errors differ in the last f32 bits. A group that stays computes what the unchunked refinement computes, up
+    to f32 rounding (OpenVINO may fuse the per-row operations of the two graphs differently).
+
+    The first chunk also returns every row's statistics (extremes, weight mean and spread, importance total);
+    later chunks take them as inputs and read only the rows still moving (``runtime.PickedRows``).
+    """
+
+    def __init__(
+        self,
+        block: int,
+        group_size: int,
+        rounds: int,
+        num_bits: int,
+        integer_zero: bool,
+        weighted: bool,
+        preserve_extremes: bool,
+        chunks: tuple[int, ...] | None = None,
+    ) -> None:
+        """:param chunks: evaluations of the first chunks, the last one repeated (default ``refine_chunks``);
+        ``(rounds + 1,)`` or more: one chunk, no settling (the unchunked refinement)."""
+        self.evaluations = rounds + 1
+        self.chunks = refine_chunks(integer_zero, rounds) if chunks is None else chunks
+        self.q_max = levels_max(num_bits)
+        self.config = (block, group_size, num_bits, integer_zero, weighted, preserve_extremes)
+        #: Rows computed by each chunk, and the evaluations each row got (``run`` fills them; for tests).
+        self.chunk_rows: list[int] = []
+        self.evaluated = np.zeros(0, dtype=np.int64)
+
+    def model(self, evaluations: int, first: bool) -> CompiledRows:
+        return compiled_refinement(*self.config[:2], evaluations, *self.config[2:], first)
+
+    def run(
+        self, rows: np.ndarray, columns: np.ndarray, importance: RowImportance | None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Every row's best inverse scale and zero point and its minimum and maximum ``[N]``, for weight rows
+        ``[N, R]`` and the solver's inverse scale and zero point ``[N, 2]``."""
+        count = min(self.chunks[0], self.evaluations)
+        out = self.model(count, first=True).run(rows, columns, importance)
+        self.chunk_rows = [rows.shape[0]]
+        self.evaluated = np.full(rows.shape[0], count)
+        best, candidates, statistics = out[:3], out[3:7], out[7:]
+        active = np.arange(rows.shape[0])
+        while count < self.evaluations:
+            active = active[~repeats(candidates[:, active], self.q_max)]
+            if active.size == 0:
+                break
+            chunk = min(self.chunks[min(len(self.chunk_rows), len(self.chunks) - 1)], self.evaluations - count)
+            state = np.concatenate([candidates[:2, active], best[:, active], statistics[:, active]]).T
+            picked = None if importance is None else importance.subset(active)
+            out = self.model(chunk, first=False).run(runtime.PickedRows(rows, active), state, picked)
+            best[:, active], candidates[:, active] = out[:3], out[3:7]
+            self.chunk_rows.append(active.size)
+            self.evaluated[active] += chunk
+            count += chunk
+        return best[0], best[1], statistics[0], statistics[1]
+
+
+def refine_chunks(integer_zero: bool, rounds: int) -> tuple[int, ...]:
+    """The chunks of the refinement's evaluations (``SettlingRefinement``): with an integer zero point (only the
+    scale moves) ``INTEGER_ZERO_CHUNKS``; with a float one, all in one chunk. Measured on a 4096x4096 Student-t
+    weight (g128): after 1, 2, 3 and 4 rounds 19%, 38%, 55% and 68% of the float zero point's groups have settled,
+    too few for the evaluations saved to pay for reading the other rows again (no gain in CPU time at any
+    schedule tried); with an integer zero point 67% after 2 rounds and 84% after 3 (docs/research-log.md)."""
+    return INTEGER_ZERO_CHUNKS if integer_zero else (rounds + 1,)
+
+
+def repeats(candidates: np.ndarray, q_max: float) -> np.ndarray:
+    """Whether each row's next candidate ``(s, z)`` repeats its last one (``candidates``: next ``s``, next ``z``,
+    last ``s``, last ``z``, ``[4, N]``) up to ``SETTLE_TOLERANCE``: of ``|s|``, and of ``|z| + q_max`` for the zero
+    point (in code units). A non-finite candidate never repeats."""
+    next_s, next_z, last_s, last_z = candidates
+    with np.errstate(invalid="ignore"):
+        same_s = np.abs(next_s - last_s) <= SETTLE_TOLERANCE * np.abs(last_s)
+        same_z = np.abs(next_z - last_z) <= SETTLE_TOLERANCE * (np.abs(last_z) + q_max)
+    return same_s & same_z
 
 
 @lru_cache(maxsize=CACHE_SIZE)
@@ -389,36 +499,57 @@ def rows_result(values: list[ov.Node], rows: int) -> ov.Node:
 def build_refinement_model(
     rows: int,
     group_size: int,
-    rounds: int,
+    evaluations: int,
     q_max: float,
     integer_zero: bool,
     weighted: bool,
     preserve_extremes: bool = False,
+    first: bool = True,
 ) -> ov.Model:
-    """All refinement rounds for a ``[rows, group_size]`` block, mirroring ``refine_least_squares``.
+    """A chunk of ``evaluations`` evaluations of the refinement for a ``[rows, group_size]`` block, mirroring
+    ``refine_least_squares``: each evaluates a candidate ``(s, z)`` (its error; the best so far kept) and computes
+    the next one, the least-squares ``(s, z)`` of its codes.
 
-    Per-row input columns: the inverse scale and zero point. Output ``[4, rows]``: the best inverse scale and
-    zero point, and the minimum and maximum weight of every row.
+    ``first``: per-row input columns the solver's inverse scale and zero point; the zero point is rounded (integer
+    zero point) and the scale projected (``preserve_extremes``) before the first evaluation, and the row
+    statistics are computed. Otherwise the columns are the next candidate ``(s, z)``, the best ``(s, z)`` and its
+    error, then the row statistics (``ROW_STATISTICS``, as the first chunk returned them).
+    Output ``[m, rows]``: the best ``(s, z)`` and its error, the next candidate ``(s, z)``, the last evaluated
+    ``(s, z)``, then, from the first chunk only, the row statistics.
     """
-    parameters, weight, (s, z), importance = block_parameters(rows, group_size, 2, weighted)
-    graph = RefinementGraph(weight, importance, q_max)
+    statistics = len(ROW_STATISTICS) - (0 if weighted else 1)
+    columns = 2 if first else 5 + statistics
+    parameters, weight, inputs, importance = block_parameters(rows, group_size, columns, weighted)
+    s, z = inputs[:2]
+    given = None if first else RowStatistics(*inputs[5:])
+    graph = RefinementGraph(weight, importance, q_max, given)
 
     def project(s: ov.Node, z: ov.Node) -> ov.Node:
         return graph.cap_to_extremes(s, z) if preserve_extremes else s
 
-    if integer_zero:
-        z = opset.clamp(opset.round(z, "half_to_even"), 0.0, q_max)
-    s = project(s, z)
-    moments = graph.residual_moments(s, z, uncentred=integer_zero)
-    best_s, best_z, best_error = s, z, moments.error
-    for _ in range(rounds):
+    if first:
+        if integer_zero:
+            z = opset.clamp(opset.round(z, "half_to_even"), 0.0, q_max)
+        s = project(s, z)
+        best_s, best_z, best_error = s, z, None
+    else:
+        best_s, best_z, best_error = inputs[2:5]
+    last_s, last_z = s, z
+    for _ in range(evaluations):
+        moments = graph.residual_moments(s, z, uncentred=integer_zero)
+        if best_error is None:
+            best_error = moments.error
+        else:
+            better = opset.less(moments.error, best_error)
+            best_s, best_z = opset.select(better, s, best_s), opset.select(better, z, best_z)
+            best_error = opset.select(better, moments.error, best_error)
+        last_s, last_z = s, z
         s, z = graph.scale_for_zero(moments) if integer_zero else graph.scale_and_zero(moments)
         s = project(s, z)
-        moments = graph.residual_moments(s, z, uncentred=integer_zero)
-        better = opset.less(moments.error, best_error)
-        best_s, best_z = opset.select(better, s, best_s), opset.select(better, z, best_z)
-        best_error = opset.select(better, moments.error, best_error)
-    return ov.Model([rows_result([best_s, best_z, graph.w_min, graph.w_max], rows)], parameters, "hqq_refinement")
+    outputs = [best_s, best_z, best_error, s, z, last_s, last_z]
+    if first:
+        outputs += graph.statistics(uncentred=integer_zero).columns()
+    return ov.Model([rows_result(outputs, rows)], parameters, "hqq_refinement")
 
 
 def build_guard_model(rows: int, group_size: int, q_max: float, weighted: bool) -> ov.Model:
@@ -456,14 +587,40 @@ class _Moments:
     error: ov.Node
 
 
-class RowMeans:
-    """Per-row (importance-weighted) means over one block ``[rows, R]``, as OpenVINO nodes."""
+#: The per-row statistics the refinement's first chunk returns and later chunks take (``RowStatistics``).
+ROW_STATISTICS = ("w_min", "w_max", "mean_weight", "spread", "total")
 
-    def __init__(self, weight: ov.Node, importance: ov.Node | None) -> None:
+
+@dataclasses.dataclass(frozen=True)
+class RowStatistics:
+    """Per-row ``[rows, 1]`` statistics of a block that every refinement round uses: the extremes, the (weighted)
+    mean of the weight, its spread (the variance about that mean, or with an integer zero point the mean square)
+    and the importance's sum (None when unweighted)."""
+
+    w_min: ov.Node | ov.Output
+    w_max: ov.Node | ov.Output
+    mean_weight: ov.Node | ov.Output
+    spread: ov.Node | ov.Output
+    total: ov.Node | ov.Output | None = None
+
+    def columns(self) -> list[ov.Node | ov.Output]:
+        """The statistics in ``ROW_STATISTICS``'s order (without ``total`` when unweighted)."""
+        values = [getattr(self, name) for name in ROW_STATISTICS]
+        return [value for value in values if value is not None]
+
+
+class RowMeans:
+    """Per-row (importance-weighted) means over one block ``[rows, R]``, as OpenVINO nodes.
+
+    :param total: the importance's per-row sum when already known (else computed)."""
+
+    def __init__(self, weight: ov.Node, importance: ov.Node | None, total: ov.Node | ov.Output | None = None) -> None:
         self.weight = weight
         self.importance = importance
         self.axis = opset.constant(np.array([1], dtype=np.int64))
-        self.total = None if importance is None else opset.reduce_sum(importance, self.axis, keep_dims=True)
+        if importance is not None and total is None:
+            total = opset.reduce_sum(importance, self.axis, keep_dims=True)
+        self.total = None if importance is None else total
 
     def mean(self, x: ov.Node) -> ov.Node:
         """Per-row (weighted) mean, like ``core.weighted_mean``."""
@@ -481,13 +638,28 @@ class RowMeans:
 
 
 class RefinementGraph(RowMeans):
-    """The operations of ``refine_least_squares`` on one block, as OpenVINO nodes."""
+    """The operations of ``refine_least_squares`` on one block, as OpenVINO nodes.
 
-    def __init__(self, weight: ov.Node, importance: ov.Node | None, q_max: float) -> None:
-        super().__init__(weight, importance)
+    :param given: the block's row statistics when already known (a later chunk of the refinement), else computed.
+    """
+
+    def __init__(
+        self, weight: ov.Node, importance: ov.Node | None, q_max: float, given: RowStatistics | None = None
+    ) -> None:
+        super().__init__(weight, importance, None if given is None else given.total)
         self.q_max = q_max
-        self.w_min = opset.reduce_min(weight, self.axis, keep_dims=True)
-        self.w_max = opset.reduce_max(weight, self.axis, keep_dims=True)
+        self.given = given
+        if given is None:
+            self.w_min = opset.reduce_min(weight, self.axis, keep_dims=True)
+            self.w_max = opset.reduce_max(weight, self.axis, keep_dims=True)
+        else:
+            self.w_min, self.w_max = given.w_min, given.w_max
+
+    def statistics(self, uncentred: bool) -> RowStatistics:
+        """The row statistics, with the spread of the centred rounds (the variance) or of the ``uncentred`` ones
+        (the mean square)."""
+        spread = self.weight_power if uncentred else self.weight_variance
+        return RowStatistics(self.w_min, self.w_max, self.mean_weight, spread, self.total)
 
     def cap_to_extremes(self, s: ov.Node, z: ov.Node) -> ov.Node:
         """``core.cap_inverse_scale_to_extremes``: the largest ``s`` (up to the given one) that keeps the row's
@@ -506,7 +678,7 @@ class RefinementGraph(RowMeans):
 
     @functools.cached_property
     def mean_weight(self) -> ov.Node:
-        return self.mean(self.weight)
+        return self.mean(self.weight) if self.given is None else self.given.mean_weight
 
     @functools.cached_property
     def centred_weight(self) -> ov.Node:
@@ -522,10 +694,14 @@ class RefinementGraph(RowMeans):
 
     @functools.cached_property
     def weight_variance(self) -> ov.Node:
+        if self.given is not None:
+            return self.given.spread
         return self.normalised_sum(opset.multiply(self.weighted_centred_weight, self.centred_weight))
 
     @functools.cached_property
     def weight_power(self) -> ov.Node:
+        if self.given is not None:
+            return self.given.spread
         return self.normalised_sum(opset.multiply(self.weighted_weight, self.weight))
 
     def residual_moments(self, s: ov.Node, z: ov.Node, uncentred: bool) -> _Moments:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
+from functools import cache
 from functools import lru_cache
 from typing import TypeVar
 
@@ -129,10 +130,12 @@ class BlockRunner:
         """``m`` of a per-row output."""
         return int(self.compiled.output(index).get_partial_shape()[0].get_length())
 
-    def run(self, n: int, inputs_at: Callable[[int], list[np.ndarray]], outputs: list[np.ndarray]) -> None:
-        """Fills ``outputs`` for ``n`` rows; ``inputs_at(begin)`` gives the inputs of the block at row ``begin``
-        (padded to a whole block; they must stay valid until the run ends, as they are shared, not copied)."""
+    def run(self, n: int, inputs_at: Callable[[int, Scratch], list[np.ndarray]], outputs: list[np.ndarray]) -> None:
+        """Fills ``outputs`` for ``n`` rows; ``inputs_at(begin, scratch)`` gives the inputs of the block at row
+        ``begin`` (padded to a whole block; they must stay valid until the run ends, as they are shared, not
+        copied, except those written into ``scratch``, the buffers of the request that will compute the block)."""
         block = self.rows_per_block
+        scratch = [Scratch() for _ in range(len(self.queue))]
 
         def collect(request: ov.InferRequest, span: tuple[int, int]) -> None:
             begin, count = span
@@ -147,25 +150,63 @@ class BlockRunner:
         with self.lock:
             self.queue.set_callback(collect)
             for begin in range(0, n, block):
-                inputs = [shareable(array) for array in inputs_at(begin)]
-                in_flight.append(inputs)
                 # ``start_async`` starts the queue's first idle request (the one ``get_idle_request_id`` names; the
                 # lock keeps any other caller out), so its inputs are set on it beforehand, as shared tensors:
                 # without the per-call Python input dispatch of ``start_async(inputs)`` (its cost measured:
-                # docs/research-log.md).
-                request = self.queue[self.queue.get_idle_request_id()]
+                # docs/research-log.md). An idle request's last inference has ended, so its scratch is free.
+                request_id = self.queue.get_idle_request_id()
+                inputs = [np.ascontiguousarray(array) for array in inputs_at(begin, scratch[request_id].reset())]
+                in_flight.append(inputs)
+                request = self.queue[request_id]
                 for index, array in enumerate(inputs):
-                    request.set_input_tensor(index, ov.Tensor(array, shared_memory=True))
+                    request.set_input_tensor(index, shared_tensor(array))
                 self.queue.start_async(userdata=(begin, min(block, n - begin)))
             self.queue.wait_all()
 
 
-def shareable(array: np.ndarray) -> np.ndarray:
-    """``array`` itself where OpenVINO can share its memory as an input tensor (C-contiguous and writeable, which
-    ``ov.Tensor(..., shared_memory=True)`` requires); otherwise a copy (e.g. a read-only view of a model constant)."""
-    if array.flags.c_contiguous and array.flags.writeable:
-        return array
-    return np.array(array, order="C")
+def shared_tensor(array: np.ndarray) -> ov.Tensor:
+    """An OpenVINO tensor over a C-contiguous ``array``'s own memory, also a read-only one (e.g. a view of a model
+    constant, as NNCF hands weights over): ``ov.Tensor(array, shape, type)`` shares it where ``ov.Tensor(array,
+    shared_memory=True)`` would refuse it, and an inference does not write into its inputs."""
+    return ov.Tensor(array, array.shape, element_type(array.dtype))
+
+
+@cache
+def element_type(dtype: np.dtype) -> ov.Type:
+    """OpenVINO's element type of a numpy dtype (cached: building an ``ov.Type`` from a dtype takes longer than
+    the tensor itself, and a weight's kernels set thousands of input tensors)."""
+    return ov.Type(dtype)
+
+
+class Scratch:
+    """The buffers of one infer request, handed out in order for each block it computes and reused from block to
+    block: a gathered or padded block is written into them instead of into a new array. A new 1 MiB array per
+    block costs its page faults, and freeing it an unmapping, about as much CPU as the kernel's own work on a
+    block of the refinement (measured: docs/research-log.md)."""
+
+    def __init__(self) -> None:
+        self.buffers: list[np.ndarray] = []
+        self.used = 0
+
+    def reset(self) -> Scratch:
+        """Every buffer free again (the request's last block has been computed)."""
+        self.used = 0
+        return self
+
+    def empty(self, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+        """The next buffer of this block, of that shape and dtype (its values undefined)."""
+        if self.used == len(self.buffers):
+            self.buffers.append(np.empty(shape, dtype=dtype))
+        buffer = self.buffers[self.used]
+        if buffer.shape != shape or buffer.dtype != dtype:
+            buffer = self.buffers[self.used] = np.empty(shape, dtype=dtype)
+        self.used += 1
+        return buffer
+
+
+def new_array(shape: tuple[int, ...], dtype: np.dtype, scratch: Scratch | None) -> np.ndarray:
+    """A scratch buffer, or without scratch a new array (values undefined)."""
+    return np.empty(shape, dtype=dtype) if scratch is None else scratch.empty(shape, dtype)
 
 
 class PickedRows:
@@ -181,24 +222,28 @@ class PickedRows:
     def shape(self) -> tuple[int, int]:
         return (self.picked.size, self.rows.shape[1])
 
-    def block(self, begin: int, count: int, fill: float) -> np.ndarray:
-        """Rows ``begin:begin + count`` of the picked rows (a new array), padded with ``fill``."""
+    def block(self, begin: int, count: int, fill: float, scratch: Scratch | None = None) -> np.ndarray:
+        """Rows ``begin:begin + count`` of the picked rows (in a scratch buffer, or a new array), padded with
+        ``fill``."""
         indices = self.picked[begin : begin + count]
-        block = np.empty((count, self.rows.shape[1]), dtype=self.rows.dtype)
+        block = new_array((count, self.rows.shape[1]), self.rows.dtype, scratch)
         np.take(self.rows, indices, axis=0, out=block[: indices.size])
         block[indices.size :] = fill
         return block
 
 
-def block_rows(array: np.ndarray | PickedRows, begin: int, count: int, fill: float) -> np.ndarray:
+def block_rows(
+    array: np.ndarray | PickedRows, begin: int, count: int, fill: float, scratch: Scratch | None = None
+) -> np.ndarray:
     """Rows ``begin:begin + count`` of ``array`` (a view of an array), padded with ``fill`` for the last, shorter
-    block (of the array's dtype)."""
+    block (of the array's dtype); a gathered or padded block is written into a scratch buffer when given."""
     if isinstance(array, PickedRows):
-        return array.block(begin, count, fill)
+        return array.block(begin, count, fill, scratch)
     if begin + count <= array.shape[0]:
         return array[begin : begin + count]
-    block = np.full((count, array.shape[1]), fill, dtype=array.dtype)
+    block = new_array((count, array.shape[1]), array.dtype, scratch)
     block[: array.shape[0] - begin] = array[begin:]
+    block[array.shape[0] - begin :] = fill
     return block
 
 

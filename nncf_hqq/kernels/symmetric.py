@@ -144,7 +144,7 @@ def row_extremes(rows: np.ndarray) -> np.ndarray:
     extremes = np.empty((3, rows.shape[0]), dtype=np.float32)
     block = runtime.rows_per_block(rows.shape[1])
     runner = runtime.compiled_extremes(rows.shape[1])
-    runner.run(rows.shape[0], lambda begin: [runtime.block_rows(rows, begin, block, 0.0)], [extremes])
+    runner.run(rows.shape[0], lambda begin, scratch: [runtime.block_rows(rows, begin, block, 0.0, scratch)], [extremes])
     return extremes
 
 
@@ -183,7 +183,8 @@ class _ScaleRun(proximal.ProximalReplay):
             if isinstance(picked, slice):
                 return (*self.sweep.run(self.rows, values, self.floor, self.importance), None)
             importance = None if self.importance is None else self.importance.subset(picked)
-            return (*self.sweep.run(self.rows[picked], values, self.floor[picked], importance), None)
+            rows = runtime.PickedRows(self.rows, picked)  # gathered a block at a time, into scratch buffers
+            return (*self.sweep.run(rows, values, self.floor[picked], importance), None)
 
         scales, l1, _ = self.settling_trajectories(start, len(betas), run_chunk)
         redo = self.shrinkage_may_act(scales[:-1], start, betas)
@@ -230,7 +231,7 @@ class CompiledScaleSweep:
 
     def run(
         self,
-        rows: np.ndarray,
+        rows: np.ndarray | runtime.PickedRows,
         scale: np.ndarray,
         floor: np.ndarray,
         importance: refine.RowImportance | None = None,
