@@ -191,6 +191,7 @@ def test_without_a_config_the_float_model_is_its_weights() -> None:
         pytest.param(64, True, True, None, id="fits"),
         pytest.param(23, True, True, None, id="7b-on-24gb"),
         pytest.param(15.5, True, True, "--no-self-calibration (data-free) fits", id="7b-on-16gb"),
+        pytest.param(15.5, True, True, "--int8-stand-in or --no-self-calibration", id="7b-on-16gb-stand-in-fits"),
         pytest.param(15.5, False, True, None, id="7b-data-free-on-16gb"),
         pytest.param(15.5, True, False, None, id="check-off"),
         pytest.param(13, False, True, "export the model on a larger machine", id="export"),

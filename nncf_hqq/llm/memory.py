@@ -325,6 +325,9 @@ def check_compress_memory(
     if not over or not refuse:
         return estimates
     fits = []
+    with_stand_in = compress_estimates(size, export, generation, held_out, stand_in=True)
+    if generation is not None and not stand_in and not too_large(with_stand_in, available):
+        fits.append("{int8_stand_in}")
     if held_out and not too_large(compress_estimates(size, export, generation, 0, stand_in), available):
         fits.append("{no_output_check}")
     if generation is not None and not too_large(compress_estimates(size, export, None, 0), available):
