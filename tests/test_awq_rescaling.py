@@ -198,3 +198,26 @@ def test_a_rescaled_constant_keeps_the_name_and_element_type() -> None:
     assert node.get_friendly_name() == "kept"
     assert node.get_element_type() == ov.Type.bf16
     np.testing.assert_array_equal(node.get_data(dtype=np.float32), np.ones((2, 3)) * factor)
+
+
+def test_the_writer_gets_each_rescaled_constant_in_the_graph_and_lets_go_of_it_after() -> None:
+    rng = np.random.default_rng(3)
+    stored = {name: bf16_constant(rng.normal(size=(6, 4)), name) for name in ("a", "b")}
+    x = opset.parameter([1, 4], ov.Type.f32)
+    outputs = [opset.result(opset.matmul(x, opset.convert(c, ov.Type.f32), False, True)) for c in stored.values()]
+    model = ov.Model(outputs, [x])
+    mapping = RescaledConstants(stored, ov_backend.float_values)
+    mapping.observe_scale(rng.uniform(0.5, 2.0, size=4).astype(np.float32))
+    assert mapping.defer("a", ov_backend.float_values(stored["a"]) * mapping.scale[None, :])
+
+    class Params:
+        def __init__(self, name: str) -> None:
+            self.weight_name = name
+
+    seen = []
+    for wp in ov_backend.constants_in_turn([Params("a"), Params("b")], mapping):
+        in_graph = {op.get_friendly_name(): op for op in model.get_ops() if op.get_type_name() == "Constant"}
+        seen.append((wp.weight_name, sorted(mapping), wp.weight_name in mapping.deferred))
+        assert in_graph[wp.weight_name] is mapping.in_graph(wp.weight_name)
+    assert seen == [("a", ["a", "b"], False), ("b", ["b"], False)]
+    assert len(mapping) == 0  # every written constant let go of
