@@ -367,7 +367,8 @@ def test_seven_b_with_the_int8_stand_in() -> None:
     float_model = {e.phase: e.total for e in memory.compress_estimates(SEVEN_B, True, GENERATION, HELD_OUT)}
     assert [e.phase for e in with_stand_in][:3] == ["export", "INT8 stand-in", "output check reference"]
     working_set = memory.STAND_IN_WORKING_COPIES * 4 * SEVEN_B.largest
-    assert by_phase["INT8 stand-in"] == SEVEN_B.parameters + working_set + memory.BASELINE_BYTES
+    # half its codes at a time (nncf_hqq.llm.stand_in.write_stand_in)
+    assert by_phase["INT8 stand-in"] == SEVEN_B.parameters // 2 + working_set + memory.BASELINE_BYTES
     generation = SEVEN_B.parameters + QWEN_7B.working_bytes(32, 128, 17) + memory.BASELINE_BYTES
     assert by_phase["self-calibration text"] == generation
     for phase in ("output check reference", "self-calibration text", "statistics"):

@@ -40,6 +40,7 @@ from nncf_hqq.llm.layout import ir_xml
 from nncf_hqq.llm.layout import read_model
 from nncf_hqq.llm.options import JobError
 from nncf_hqq.llm.stand_in import STAND_IN_BYTES_PER_PARAMETER
+from nncf_hqq.llm.stand_in import STAND_IN_PARTS
 from nncf_hqq.llm.stand_in import STAND_IN_PHASES
 from nncf_hqq.llm.timing import COMPRESSION_PHASE
 from nncf_hqq.llm.timing import EXPORT_PHASE
@@ -68,7 +69,8 @@ LARGEST_WEIGHT_COPIES = 3
 #: down projection) with 32 samples.
 DATA_AWARE_WEIGHT_COPIES = 11
 #: Float32 copies of the largest weight that NNCF's INT8 compression holds at once while it writes the stand-in
-#: (measured: 1.76 GiB resident on Qwen2.5-0.5B's shapes, whose largest weight is the embedding table; estimated 1.77).
+#: (measured when it was written in one part: 1.76 GiB resident on Qwen2.5-0.5B's shapes, whose largest weight is the
+#: embedding table; estimated 1.77 then).
 STAND_IN_WORKING_COPIES = 1
 #: Bytes per parameter of a model compiled in bf16 (``nncf-hqq evaluate --inference-precision bf16``) at most.
 BF16_COMPILED_BYTES = 2
@@ -244,7 +246,10 @@ def compress_estimates(
     if generation is not None:
         if stand_in:
             copies = STAND_IN_WORKING_COPIES * 4 * size.largest
-            parts = (("INT8 copy", size.stand_in_bytes()), ("working set", copies))
+            parts = (
+                (f"INT8 copy, one of {STAND_IN_PARTS} parts at a time", size.stand_in_bytes() // STAND_IN_PARTS),
+                ("working set", copies),
+            )
             phases.append(PhaseEstimate(STAND_IN_PHASE, parts))
 
         def runs(phase: str, sequences: int, tokens: int, first: int) -> PhaseEstimate:
