@@ -15,6 +15,9 @@ The internal names used:
   class that NNCF's OpenVINO (or Torch) ``compress_weights`` instantiates, the ``track`` that names the progress bar
   of the weight-compression step, and the OpenVINO backend's ``compress_weight`` (so that precomputed codes are
   written as they are instead of being encoded again);
+- AWQ's OpenVINO backend (``OVAWQAlgoAlgoBackend``, replaced while AWQ runs so that its rescaled weights are
+  recorded, not written: ``nncf_hqq.openvino.rescaling``), the scale each step of ``AWQ`` returns
+  (``awq_scales_observed``) and ``create_ov_const_from_tensor`` (how AWQ writes a rescaled weight);
 - NNCF's Torch backend (its weight-compression backend and encoder, the function hooks that hold decompressors, its
   decompressor modules and packing, graph metatypes, model-graph helpers). These import torch, which the library
   does not need otherwise, so they are imported on first use (``__getattr__`` below).
@@ -48,12 +51,15 @@ from nncf.common.tensor_statistics.collectors import TensorCollector
 from nncf.common.tensor_statistics.statistic_point import StatisticPoint
 from nncf.common.tensor_statistics.statistic_point import StatisticPointsContainer
 from nncf.common.tensor_statistics.statistics import WCTensorStatistic
+from nncf.openvino.graph.node_utils import create_ov_const_from_tensor
 from nncf.quantization.algorithms.weight_compression.activation_stats import process_stats
 from nncf.quantization.algorithms.weight_compression.algorithm import WeightCompression
 from nncf.quantization.algorithms.weight_compression.algorithm import check_user_compression_configuration
+from nncf.quantization.algorithms.weight_compression.awq import AWQ
 from nncf.quantization.algorithms.weight_compression.backend import WeightCompressionAlgoBackend
 from nncf.quantization.algorithms.weight_compression.config import WeightCompressionConfig
 from nncf.quantization.algorithms.weight_compression.config import WeightCompressionParameters
+from nncf.quantization.algorithms.weight_compression.openvino_backend import OVAWQAlgoAlgoBackend
 from nncf.quantization.algorithms.weight_compression.openvino_backend import OVWeightCompressionAlgoBackend
 from nncf.quantization.algorithms.weight_compression.parameters import CompressedWeight
 from nncf.quantization.algorithms.weight_compression.scale_estimation import ScaleEstimation
@@ -97,6 +103,7 @@ if TYPE_CHECKING:
     from nncf.torch.quantization.quantize_functions import unpack_uint4
 
 __all__ = [
+    "AWQ",
     "MATMUL_METATYPES",
     "OV_DTYPE_MAP",
     "AggregatorBase",
@@ -110,6 +117,7 @@ __all__ = [
     "INT8SymmetricWeightsDecompressor",
     "NNCFGraph",
     "NNCFNode",
+    "OVAWQAlgoAlgoBackend",
     "OVWeightCompressionAlgoBackend",
     "PT2InsertionCommand",
     "PT2ModelTransformer",
@@ -139,10 +147,13 @@ __all__ = [
     "WeightCompressionAlgoBackend",
     "WeightCompressionConfig",
     "WeightCompressionParameters",
+    "awq_backend_replaced",
+    "awq_scales_observed",
     "check_user_compression_configuration",
     "check_versions",
     "compress_weight",
     "compress_weight_replaced",
+    "create_ov_const_from_tensor",
     "decode_hook_name",
     "get_const_data",
     "get_const_node",
@@ -290,3 +301,40 @@ def compress_weight_replaced(
     """Within the context, NNCF's OpenVINO writer encodes a weight with ``replacement`` (``compress_weight``'s
     signature: weight, reduction axes, config, precomputed compressed weight)."""
     return _replaced(_ov_backend, "compress_weight", replacement)
+
+
+def awq_backend_replaced(factory: Callable[..., OVAWQAlgoAlgoBackend]) -> contextlib.AbstractContextManager[None]:
+    """Within the context, NNCF's ``AWQ`` builds its OpenVINO backend with ``factory`` (called with the model and
+    the weight-compression backend's name-to-node mapping, as ``OVAWQAlgoAlgoBackend`` is)."""
+    return _replaced(_ov_backend, "OVAWQAlgoAlgoBackend", factory)
+
+
+#: The methods of NNCF's ``AWQ`` that compute one weight's scale (data-aware, data-free) and return it.
+_AWQ_SCALE_STEPS = ("_data_aware_step", "_data_free_step")
+
+
+@contextlib.contextmanager
+def awq_scales_observed(awq: AWQ, observe: Callable[[Any], None]) -> Iterator[None]:
+    """Within the context, every scale ``awq`` computes for a weight is passed to ``observe`` before AWQ rescales
+    the weight with it."""
+    originals = {name: getattr(awq, name) for name in _AWQ_SCALE_STEPS}
+    own = {name: vars(awq)[name] for name in _AWQ_SCALE_STEPS if name in vars(awq)}
+
+    def observed(step: Callable[..., Any]) -> Callable[..., Any]:
+        def step_observed(*args: Any, **kwargs: Any) -> Any:
+            scale = step(*args, **kwargs)
+            observe(scale)
+            return scale
+
+        return step_observed
+
+    for name, step in originals.items():
+        setattr(awq, name, observed(step))
+    try:
+        yield
+    finally:
+        for name in originals:
+            if name in own:
+                setattr(awq, name, own[name])
+            else:
+                delattr(awq, name)  # the class's method again

@@ -8,8 +8,9 @@ NNCF has no plug-in point for a new weight-compression step, so for one ``compre
   keeping its zero points; ``HQQ.apply`` has ``ScaleEstimation.apply``'s signature);
 - in ``set_backend_entity``: the backend that writes HQQ's results (``HQQOVBackend``, or ``HQQPTBackend`` for a
   PyTorch model, imported then: it needs torch);
-- in ``apply_with_parameters``: the weights are checked before the model is touched, and without Scale Estimation
-  ``HQQ.apply``'s compressed weights are what the backend writes;
+- in ``apply_with_parameters``: the weights are checked before the model is touched, without Scale Estimation
+  ``HQQ.apply``'s compressed weights are what the backend writes, and with AWQ on an OpenVINO model its rescaled
+  weights are held one at a time (``HQQOVBackend.awq_rescaling_deferred``);
 - in ``get_statistic_points`` and ``collect_statistics_and_statistic_points``: with
   ``HQQParameters.calibration_token_rows``, HQQ's token-row statistics are collected in the same pass as NNCF's
   (``nncf_hqq.statistics``) and scaled by AWQ like NNCF's;
@@ -136,7 +137,11 @@ class HQQWeightCompression(WeightCompression):
             backend.hqq_weights = self._hqq.apply(model, graph, all_weight_params, None, backend)
         if self._awq and self._hqq.token_statistics:
             self.scale_token_statistics_with_awq()
-        return super().apply_with_parameters(model, graph, dataset, statistics, all_weight_params)
+        deferred: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+        if self._awq and isinstance(backend, HQQOVBackend):
+            deferred = backend.awq_rescaling_deferred(self.awq_algo)
+        with deferred:
+            return super().apply_with_parameters(model, graph, dataset, statistics, all_weight_params)
 
     def scale_token_statistics_with_awq(self) -> None:
         """Makes AWQ's statistics update (after it rescales the weights) apply to HQQ's token rows as well."""

@@ -95,3 +95,40 @@ def test_the_job_runs_the_stand_in_and_removes_it(tiny_llm: tuple[Path, Any], tm
     assert STAND_IN_PHASE not in without.phase_seconds
     data_free = compress(tiny_llm[0], tmp_path / "data-free", group_size=64, self_calibration=False)
     assert STAND_IN_PHASE not in data_free.phase_seconds
+
+
+def _constants(model: ov.Model) -> list[tuple[str, tuple[int, ...], bytes]]:
+    """Every constant in topological order: element type, shape, bytes."""
+    return [
+        (str(op.get_element_type()), tuple(op.get_output_shape(0)), op.get_data().tobytes())
+        for op in model.get_ordered_ops()
+        if op.get_type_name() == "Constant"
+    ]
+
+
+def test_written_in_two_parts_it_is_the_model_compressed_at_once(tiny_llm: tuple[Path, Any], tmp_path: Path) -> None:
+    import nncf
+
+    xml = tiny_llm[0] / "openvino_model.xml"
+    written = stand_in.write_stand_in(xml, tmp_path)
+    at_once = nncf.compress_weights(read_model(xml), mode=stand_in.STAND_IN_MODE)
+    assert _constants(read_model(written)) == _constants(at_once)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["int8_stand_in.bin", "int8_stand_in.xml"]  # part removed
+
+
+def test_the_parts_split_the_weights_by_size(tiny_llm: tuple[Path, Any]) -> None:
+    model = read_model(tiny_llm[0] / "openvino_model.xml")
+    first, second = stand_in.weight_parts(model)
+    sizes = {}
+    for op in model.get_ops():
+        if op.get_type_name() in ("MatMul", "Gather"):
+            node = op.input_value(0 if op.get_type_name() == "Gather" else 1).get_node()
+            node = node.input_value(0).get_node() if node.get_type_name() == "Convert" else node
+            if node.get_type_name() == "Constant" and len(node.get_output_shape(0)) >= 2:
+                sizes[op.get_friendly_name()] = int(np.prod(node.get_output_shape(0)))
+    assert not set(first) & set(second)
+    assert set(sizes) <= set(first) | set(second)  # every MatMul weight and the embedding table
+    totals = [sum(sizes.get(name, 0) for name in part) for part in (first, second)]
+    assert abs(totals[0] - totals[1]) <= max(sizes.values())  # about half each
+    embedding, head = sorted(sizes, key=lambda name: sizes[name])[-2:]
+    assert (embedding in first) != (head in first)  # the two largest in different parts

@@ -8,9 +8,11 @@ checkpoints of real shapes (``benchmarks/checkpoint_memory.py``, docs/memory.md)
 
 - export (optimum-intel, in the checkpoint's precision): the checkpoint's pages (PyTorch maps the safetensors files;
   the converted model shares their memory), about the checkpoint's bytes;
-- data-free compression: the compressed weights, plus a few float32 copies of the largest weight (NNCF's and HQQ's
-  working set); the IR's pages are dropped weight by weight (``nncf_hqq.openvino.pages``); the self-calibrated
-  compression (statistics, AWQ, Scale Estimation) at least a measured 1.1 times the weights' stored bytes;
+- compression: NNCF's writer compresses the largest weight first, so its peak is the larger of that weight's working
+  set (a few float32 copies of it, the compressed weights not yet there) and, at the end, the compressed weights
+  plus the working set of the largest other weight (more copies when Scale Estimation and HQQ's data-aware steps
+  and guard run on it); the IR's pages are dropped weight by weight (``nncf_hqq.openvino.pages``) and AWQ's
+  rescaled weights are built one at a time (``nncf_hqq.openvino.rescaling``);
 - a compiled float model (self-calibration's generation, NNCF's statistics, the output check's reference,
   ``evaluate``): the CPU plugin packs the weights into its own memory, in the precision they are stored in (an
   optimum-intel export keeps a bf16 checkpoint's weights in bf16, also in f32 inference), on the first inference; the
@@ -38,6 +40,7 @@ from nncf_hqq.llm.layout import ir_xml
 from nncf_hqq.llm.layout import read_model
 from nncf_hqq.llm.options import JobError
 from nncf_hqq.llm.stand_in import STAND_IN_BYTES_PER_PARAMETER
+from nncf_hqq.llm.stand_in import STAND_IN_PARTS
 from nncf_hqq.llm.stand_in import STAND_IN_PHASES
 from nncf_hqq.llm.timing import COMPRESSION_PHASE
 from nncf_hqq.llm.timing import EXPORT_PHASE
@@ -59,14 +62,16 @@ EXPORT_FACTOR = 1.0
 #: Compressed bytes per parameter: INT4 codes (0.5), a scale and zero point per group of 64 (0.06), the embeddings
 #: and the output head in INT8 (their share is counted at 1 byte in ``compressed_bytes``).
 INT4_BYTES_PER_PARAMETER = 0.56
-#: Float32 copies of the largest weight that compressing it holds at once.
+#: Float32 copies of a weight that compressing it data-free (or to INT8) holds at once.
 LARGEST_WEIGHT_COPIES = 3
+#: Float32 copies of a weight that compressing it with calibration data holds at once (NNCF's Scale Estimation, HQQ's
+#: data-aware steps and guard): measured, 2.84 GiB over the memory before for one 3584 x 18944 bf16 weight (Qwen2.5-7B's
+#: down projection) with 32 samples.
+DATA_AWARE_WEIGHT_COPIES = 11
 #: Float32 copies of the largest weight that NNCF's INT8 compression holds at once while it writes the stand-in
-#: (measured: 1.76 GiB resident on Qwen2.5-0.5B's shapes, whose largest weight is the embedding table; estimated 1.77).
+#: (measured when it was written in one part: 1.76 GiB resident on Qwen2.5-0.5B's shapes, whose largest weight is the
+#: embedding table; estimated 1.77 then).
 STAND_IN_WORKING_COPIES = 1
-#: The self-calibrated compression (NNCF's statistics, AWQ, Scale Estimation and HQQ) over the weights' stored bytes:
-#: measured, 15.7 GiB of anonymous memory for a 14.2 GiB bf16 checkpoint of Qwen2.5-7B's shapes.
-DATA_AWARE_COMPRESSION_FACTOR = 1.1
 #: Bytes per parameter of a model compiled in bf16 (``nncf-hqq evaluate --inference-precision bf16``) at most.
 BF16_COMPILED_BYTES = 2
 
@@ -106,14 +111,15 @@ def decoder_shape(config_dir: Path) -> DecoderShape | None:
 
 @dataclass(frozen=True)
 class ModelSize:
-    """A model's weights as stored: parameters, bytes, and the largest tensor and the embedding-like ones (by
-    parameters)."""
+    """A model's weights as stored: parameters, bytes, and the largest tensor, the embedding-like ones and the
+    largest of the others (by parameters; 0: not known, taken as ``largest``)."""
 
     parameters: int
     stored_bytes: int
     largest: int
     vocabulary_parameters: int = 0
     decoder: DecoderShape | None = None
+    largest_body: int = 0
 
     def compressed_bytes(self) -> int:
         """About the bytes of the model compressed to INT4 (INT8 embeddings and output head)."""
@@ -126,6 +132,14 @@ class ModelSize:
         if precision == "f32":
             return self.stored_bytes
         return min(self.stored_bytes, BF16_COMPILED_BYTES * self.parameters)
+
+    def compression_bytes(self, data_aware: bool) -> int:
+        """The compression's peak over the baseline: the largest weight's working set (compressed first) or the
+        compressed weights and the working set of the largest other weight (``DATA_AWARE_WEIGHT_COPIES`` with
+        calibration data), whichever is larger."""
+        copies = DATA_AWARE_WEIGHT_COPIES if data_aware else LARGEST_WEIGHT_COPIES
+        body = self.largest_body or self.largest
+        return max(LARGEST_WEIGHT_COPIES * 4 * self.largest, self.compressed_bytes() + copies * 4 * body)
 
     def stand_in_bytes(self) -> int:
         """The weights of the float model's INT8 stand-in (``nncf_hqq.llm.stand_in``)."""
@@ -151,7 +165,7 @@ def safetensors_size(hf_dir: Path) -> ModelSize | None:
     files = sorted(Path(hf_dir).glob("*.safetensors"))
     if not files:
         return None
-    parameters = stored = largest = vocabulary = 0
+    parameters = stored = largest = vocabulary = body = 0
     for file in files:
         for name, entry in _safetensors_header(file).items():
             if name == "__metadata__":
@@ -162,7 +176,9 @@ def safetensors_size(hf_dir: Path) -> ModelSize | None:
             largest = max(largest, count)
             if _is_vocabulary(name):
                 vocabulary += count
-    return ModelSize(parameters, stored, largest, vocabulary)
+            else:
+                body = max(body, count)
+    return ModelSize(parameters, stored, largest, vocabulary, largest_body=body)
 
 
 def _safetensors_header(path: Path) -> dict[str, Any]:
@@ -178,7 +194,7 @@ def _is_vocabulary(name: str) -> bool:
 
 def ir_size(model: Any) -> ModelSize:
     """The size of an OpenVINO model's float weights (2-D and larger constants), from its constants' shapes."""
-    parameters = stored = largest = vocabulary = 0
+    parameters = stored = largest = vocabulary = body = 0
     for op in model.get_ops():
         if op.get_type_name() != "Constant" or len(op.get_output_shape(0)) < 2:
             continue
@@ -191,7 +207,9 @@ def ir_size(model: Any) -> ModelSize:
         largest = max(largest, count)
         if _is_vocabulary(op.get_friendly_name()):
             vocabulary += count
-    return ModelSize(parameters, stored, largest, vocabulary)
+        else:
+            body = max(body, count)
+    return ModelSize(parameters, stored, largest, vocabulary, largest_body=body)
 
 
 @dataclass(frozen=True)
@@ -220,7 +238,6 @@ def compress_estimates(
     generated sequences (0: no check), with the float model's INT8 stand-in in the phases ``STAND_IN_PHASES``
     names when ``stand_in``."""
     compressed = size.compressed_bytes()
-    working = LARGEST_WEIGHT_COPIES * 4 * size.largest
     phases = []
     if export:
         phases.append(
@@ -229,7 +246,10 @@ def compress_estimates(
     if generation is not None:
         if stand_in:
             copies = STAND_IN_WORKING_COPIES * 4 * size.largest
-            parts = (("INT8 copy", size.stand_in_bytes()), ("working set", copies))
+            parts = (
+                (f"INT8 copy, one of {STAND_IN_PARTS} parts at a time", size.stand_in_bytes() // STAND_IN_PARTS),
+                ("working set", copies),
+            )
             phases.append(PhaseEstimate(STAND_IN_PHASE, parts))
 
         def runs(phase: str, sequences: int, tokens: int, first: int) -> PhaseEstimate:
@@ -242,15 +262,14 @@ def compress_estimates(
             phases.append(runs(OUTPUT_REFERENCE_PHASE, held_out, tokens, first_request))
         phases.append(runs(SELF_CALIBRATION_PHASE, generation.num_samples, tokens, first_request))
         phases.append(runs(STATISTICS_PHASE, 1, tokens, tokens))  # one sequence at a time
-    compression: tuple[tuple[str, int], ...] = (("compressed weights", compressed), ("working set", working))
-    data_aware = int(DATA_AWARE_COMPRESSION_FACTOR * size.stored_bytes)
-    if generation is not None and data_aware > compressed + working:
-        compression = (
-            (f"statistics, AWQ, Scale Estimation, HQQ ({DATA_AWARE_COMPRESSION_FACTOR}x the weights)", data_aware),
-        )
+    compressing = size.compression_bytes(data_aware=generation is not None)
+    if compressing == LARGEST_WEIGHT_COPIES * 4 * size.largest:
+        compression: tuple[tuple[str, int], ...] = (("the largest weight's working set", compressing),)
+    else:
+        compression = (("compressed weights", compressed), ("working set", compressing - compressed))
     phases.append(PhaseEstimate(COMPRESSION_PHASE, compression))
     if generation is not None and held_out:
-        current = max(2 * compressed, compressed + working)
+        current = max(2 * compressed, compressing)
         parts = (("the candidate kept", compressed), ("one being compressed, or compiled", current))
         phases.append(PhaseEstimate(OUTPUT_CHECK_PHASE, parts))
     return phases
@@ -311,6 +330,9 @@ def check_compress_memory(
     if not over or not refuse:
         return estimates
     fits = []
+    with_stand_in = compress_estimates(size, export, generation, held_out, stand_in=True)
+    if generation is not None and not stand_in and not too_large(with_stand_in, available):
+        fits.append("{int8_stand_in}")
     if held_out and not too_large(compress_estimates(size, export, generation, 0, stand_in), available):
         fits.append("{no_output_check}")
     if generation is not None and not too_large(compress_estimates(size, export, None, 0), available):

@@ -86,7 +86,9 @@ class _OptionNames(dict[str, str]):
     ``--dataset TEXT_FILE``); ``model``, ``out`` and ``models`` are ``MODEL``, ``OUT`` and ``MODEL`` on the command
     line."""
 
-    SWITCHES: ClassVar[frozenset[str]] = frozenset({"awq", "scale_estimation", "quantize_routers", "all_at_once"})
+    SWITCHES: ClassVar[frozenset[str]] = frozenset(
+        {"awq", "scale_estimation", "quantize_routers", "all_at_once", "int8_stand_in"}
+    )
     #: Positional arguments: their command-line names.
     POSITIONAL: ClassVar[dict[str, str]] = {"model": "MODEL", "out": "OUT", "models": "MODEL"}
 

@@ -6,12 +6,15 @@ the model they run: the CPU plugin packs its weights in their stored precision, 
 14.2 GiB for each of them. The INT8 copy holds about half of that (a quarter of an fp32 model), reads half the
 bytes per generated token, and its outputs are nearly the float model's (docs/memory.md measures both). It is written
 once, to a scratch directory beside OUT, before the first of those phases, and removed at the end of the job; the
-compression itself still reads and compresses the float weights.
+compression itself still reads and compresses the float weights. It is written in two parts (``STAND_IN_PARTS``):
+NNCF holds the INT8 codes of what it compresses until the model is saved, so half the weights are compressed and
+saved, and the rest compressed on that saved model, whose first half is then read from its file.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import tempfile
 from collections.abc import Callable
 from collections.abc import Iterator
@@ -42,18 +45,75 @@ STAND_IN_PHASES = frozenset({OUTPUT_REFERENCE_PHASE, SELF_CALIBRATION_PHASE, STA
 STAND_IN_XML = "int8_stand_in.xml"
 #: The stand-in's bytes per parameter: its INT8 codes (1) and, per output channel, a scale and a zero point.
 STAND_IN_BYTES_PER_PARAMETER = 1.0
+#: The parts the stand-in is compressed in, one after the other (``write_stand_in``): one part's codes are held at a
+#: time.
+STAND_IN_PARTS = 2
+#: The first part, saved beside the stand-in while the second is compressed.
+_FIRST_PART_XML = "int8_stand_in_first_part.xml"
+#: The operations whose constant weights NNCF compresses to ``STAND_IN_MODE`` (all of them).
+_WEIGHTED_OPS = frozenset({"MatMul", "Gather", "Convolution", "GroupConvolution", "ConvolutionBackpropData"})
+
+
+def weight_parts(model: ov.Model, parts: int = STAND_IN_PARTS) -> list[list[str]]:
+    """The names of ``model``'s operations with a float constant weight (behind a Convert, if any) of two or more
+    dimensions, in ``parts`` lists of about equal parameters: by weight, largest first, each to the part that holds
+    the fewest so far (the output head and the embeddings go to different parts; operations that share a weight, as
+    tied embeddings do, to the same part)."""
+    users: dict[str, list[str]] = {}
+    counts: dict[str, int] = {}
+    for op in model.get_ordered_ops():
+        if op.get_type_name() not in _WEIGHTED_OPS:
+            continue
+        for value in op.input_values():
+            node = value.get_node()
+            if node.get_type_name() == "Convert":
+                node = node.input_value(0).get_node()
+            shape = node.get_output_shape(0) if node.get_type_name() == "Constant" else ()
+            if len(shape) >= 2 and node.get_element_type().is_real():
+                weight = node.get_friendly_name()
+                users.setdefault(weight, []).append(op.get_friendly_name())
+                counts[weight] = math.prod(shape)
+                break
+    names: list[list[str]] = [[] for _ in range(parts)]
+    held = [0] * parts
+    for weight in sorted(counts, key=lambda name: -counts[name]):
+        part = held.index(min(held))
+        names[part].extend(users[weight])
+        held[part] += counts[weight]
+    return names
+
+
+def _compressed_without(model_xml: Path, ignored: list[str]) -> ov.Model:
+    """The model of ``model_xml`` with every weight but those of the ``ignored`` operations compressed to
+    ``STAND_IN_MODE``."""
+    scope = nncf.IgnoredScope(names=ignored, validate=False) if ignored else None
+    with bitwidth_tables_held_back():  # NNCF's table of the stand-in's precisions: not the model written
+        return nncf.compress_weights(read_model(model_xml), mode=STAND_IN_MODE, ignored_scope=scope)
 
 
 def write_stand_in(model_xml: Path, directory: Path) -> Path:
     """The model of ``model_xml`` compressed to ``STAND_IN_MODE`` (every weight, embeddings and output head too) and
-    saved in ``directory``; returns the written ``.xml``. The float model's pages are dropped as it is read (the
-    caller's ``releasing_file_pages``), and the compressed copy is freed once written."""
-    with bitwidth_tables_held_back():  # NNCF's table of the stand-in's precisions: not the model written
-        model = nncf.compress_weights(read_model(model_xml), mode=STAND_IN_MODE)
-    xml = Path(directory) / STAND_IN_XML
-    ov.save_model(model, xml, compress_to_fp16=False)
+    saved in ``directory``; returns the written ``.xml``. Compressed in two parts (``weight_parts``): the first is
+    saved (``_FIRST_PART_XML``, removed after) and the second compressed on the saved model, so that one part's
+    codes are held at a time; the same constants as compressing all at once. The float model's pages are dropped as
+    it is read (the caller's ``releasing_file_pages``), the first part's as the second is saved, and each compressed
+    model is freed once written."""
+    first, *rest = weight_parts(read_model(model_xml))
+    later = [name for part in rest for name in part]
+    directory = Path(directory)
+    xml, first_xml = directory / STAND_IN_XML, directory / _FIRST_PART_XML
+    model = _compressed_without(model_xml, later)
+    ov.save_model(model, first_xml, compress_to_fp16=False)
     del model
     release_file_mappings(Path(model_xml).with_suffix(".bin"))
+    try:
+        with releasing_file_pages(first_xml.with_suffix(".bin")):
+            model = _compressed_without(first_xml, first)
+            ov.save_model(model, xml, compress_to_fp16=False)
+            del model
+    finally:
+        first_xml.unlink(missing_ok=True)
+        first_xml.with_suffix(".bin").unlink(missing_ok=True)
     return xml
 
 

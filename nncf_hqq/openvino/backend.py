@@ -1,17 +1,21 @@
 """HQQ's OpenVINO backend: the graph facts ``HQQ`` asks for, and the writer of its compressed weights.
 
-``HQQOVBackend`` is NNCF's OpenVINO weight-compression backend with two additions:
+``HQQOVBackend`` is NNCF's OpenVINO weight-compression backend with three additions:
 - it answers ``HQQAlgoBackend``'s questions from the OpenVINO graph (``nncf_hqq.openvino.graph``);
 - it writes HQQ's compressed weights: a float zero point as an f16 decompression subgraph
   (``nncf_hqq.openvino.decompression``), anything else through NNCF's own writer (``OVWeightCompressionAlgoBackend``),
   which writes HQQ's codes as they are;
   with ``ZeroPointFormat.SPLIT`` the f16 zero points are then split into integer ones plus output corrections
-  (``nncf_hqq.openvino.split``).
+  (``nncf_hqq.openvino.split``);
+- it holds one rescaled weight of AWQ's at a time (``nncf_hqq.openvino.rescaling``), and lets go of each weight's
+  constant once the writer has replaced it (NNCF's writer keeps them all until it ends).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
+from collections.abc import Iterator
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,10 +23,13 @@ import numpy as np
 import openvino as ov
 from nncf.tensor import Tensor
 
+from nncf_hqq._nncf import AWQ
 from nncf_hqq._nncf import CompressedWeight
 from nncf_hqq._nncf import NNCFGraph
 from nncf_hqq._nncf import WeightCompressionConfig
 from nncf_hqq._nncf import WeightCompressionParameters
+from nncf_hqq._nncf import awq_backend_replaced
+from nncf_hqq._nncf import awq_scales_observed
 from nncf_hqq.hqq import HQQ
 from nncf_hqq.hqq import HQQAlgoBackend
 from nncf_hqq.openvino.decompression import float_zero_point_decompression
@@ -30,6 +37,8 @@ from nncf_hqq.openvino.decompression import is_float_zero_point
 from nncf_hqq.openvino.graph import attention_role
 from nncf_hqq.openvino.graph import norm_gain_importance
 from nncf_hqq.openvino.pages import release_file_pages
+from nncf_hqq.openvino.rescaling import RescaledConstants
+from nncf_hqq.openvino.rescaling import RescalingAWQBackend
 from nncf_hqq.openvino.split import split_float_zero_points
 from nncf_hqq.openvino.writer import OVWeightCompressionAlgoBackend
 from nncf_hqq.parameters import AttentionRole
@@ -39,22 +48,49 @@ from nncf_hqq.parameters import ZeroPointFormat
 class HQQOVBackend(HQQAlgoBackend, OVWeightCompressionAlgoBackend):
     """NNCF's OpenVINO weight-compression backend that answers HQQ's questions and writes HQQ's results."""
 
+    #: NNCF's constants by name, as ``RescaledConstants`` (until NNCF's writer sets it to None when it ends).
+    name_to_node_mapping: dict[str, ov.Node]
+
     def __init__(self, model: ov.Model, hqq: HQQ) -> None:
         super().__init__(model)
+        self.name_to_node_mapping = RescaledConstants(self.name_to_node_mapping, float_values)
         self.hqq = hqq
         #: HQQ's compressed weights for the next ``transform_model`` that gets none from NNCF (``HQQ.apply``'s result).
         self.hqq_weights: Mapping[str, CompressedWeight] | None = None
         #: Names of the weights the last ``transform_model`` wrote with an f16 zero point.
         self.float_zero_point_weights: set[str] = set()
 
+    def in_graph(self, weight_name: str) -> ov.Node:
+        """The constant the graph holds for a weight (the stored one while AWQ's rescaling of it is deferred): where
+        the graph is walked from it."""
+        constants = self.name_to_node_mapping
+        return constants.in_graph(weight_name) if isinstance(constants, RescaledConstants) else constants[weight_name]
+
     def input_importance(self, wp: WeightCompressionParameters, channels: int) -> np.ndarray | None:
-        return norm_gain_importance(self.name_to_node_mapping[wp.weight_name], channels)
+        return norm_gain_importance(self.in_graph(wp.weight_name), channels)
 
     def attention_role(self, wp: WeightCompressionParameters) -> AttentionRole | None:
-        return attention_role(self.name_to_node_mapping[wp.weight_name])
+        return attention_role(self.in_graph(wp.weight_name))
 
     def release_weight(self, wp: WeightCompressionParameters) -> None:
-        release_constant_pages(self.name_to_node_mapping[wp.weight_name])
+        release_constant_pages(self.in_graph(wp.weight_name))
+
+    @contextlib.contextmanager
+    def awq_rescaling_deferred(self, awq: AWQ) -> Iterator[None]:
+        """Within the context (NNCF's steps from AWQ to the writer), the weights ``awq`` rescales are kept as
+        factors on their stored constants and built one at a time when read (``nncf_hqq.openvino.rescaling``);
+        the writer puts each into the graph just before it compresses it (``transform_model``). On leaving,
+        any still deferred is put into the graph."""
+        constants = self.name_to_node_mapping
+        if not isinstance(constants, RescaledConstants):
+            yield
+            return
+        try:
+            with awq_backend_replaced(RescalingAWQBackend), awq_scales_observed(awq, constants.observe_scale):
+                yield
+        finally:
+            constants.scale = None
+            constants.materialise_all()
 
     def weight_is_finite(self, wp: WeightCompressionParameters, model: ov.Model, graph: NNCFGraph) -> bool:
         """``HQQAlgoBackend.weight_is_finite``; a bf16 constant is checked on its bits, without converting it."""
@@ -67,10 +103,7 @@ class HQQOVBackend(HQQAlgoBackend, OVWeightCompressionAlgoBackend):
         """NNCF's ``get_weight`` (the weight as a float numpy tensor; bf16 as float32), with bf16 constants converted
         in numpy (``bfloat16_as_float32``) instead of by ``Node.get_data``, which takes about 7x longer."""
         name = node_with_weight.layer_attributes.constant_attributes[weight_port_id]["name"]
-        node = self.name_to_node_mapping[name]
-        if node.get_type_name() == "Constant" and node.get_element_type() == ov.Type.bf16:
-            return Tensor(bfloat16_as_float32(node))
-        return super().get_weight(node_with_weight, weight_port_id, model, graph)
+        return Tensor(float_values(self.name_to_node_mapping[name]))
 
     def _replace_node(self, const_node: ov.Node, new_node: ov.Node) -> None:
         """NNCF's replacement of a weight by its compressed subgraph, then the weight's pages dropped."""
@@ -90,9 +123,11 @@ class HQQOVBackend(HQQAlgoBackend, OVWeightCompressionAlgoBackend):
         if precomputed_compressed_weights is None:
             precomputed_compressed_weights = self.hqq_weights
         self.float_zero_point_weights = set()
-        model = super().transform_model(
-            model, graph, weight_compression_parameters, precomputed_compressed_weights, *args, **kwargs
-        )
+        constants = self.name_to_node_mapping
+        in_turn = weight_compression_parameters
+        if isinstance(constants, RescaledConstants):
+            in_turn = constants_in_turn(weight_compression_parameters, constants)
+        model = super().transform_model(model, graph, in_turn, precomputed_compressed_weights, *args, **kwargs)
         if self.hqq.params.zero_point_format == ZeroPointFormat.SPLIT and self.float_zero_point_weights:
             split_float_zero_points(model, self.float_zero_point_weights)
         return model
@@ -127,6 +162,26 @@ class HQQOVBackend(HQQAlgoBackend, OVWeightCompressionAlgoBackend):
             compressed, bits, tuple(weight.shape), const_node_name, weight_port_id, output_type
         )
         return node, compressed
+
+
+def constants_in_turn(
+    weight_compression_parameters: Iterable[WeightCompressionParameters], constants: RescaledConstants
+) -> Iterator[WeightCompressionParameters]:
+    """The weights NNCF's writer compresses, each with its rescaled constant put into the graph just before
+    (``RescaledConstants.materialise``) and its entry in ``constants`` dropped once the writer has replaced it, so
+    that the replaced constant is freed then, not when the writer ends."""
+    for wp in weight_compression_parameters:
+        constants.materialise(wp.weight_name)
+        yield wp
+        constants.pop(wp.weight_name, None)
+
+
+def float_values(node: ov.Node) -> np.ndarray:
+    """A constant's values as NNCF's ``get_weight`` returns them: bf16 as float32 (``bfloat16_as_float32``), other
+    types as stored."""
+    if node.get_type_name() == "Constant" and node.get_element_type() == ov.Type.bf16:
+        return bfloat16_as_float32(node)
+    return np.asarray(node.data)
 
 
 def bfloat16_as_float32(node: ov.Node) -> np.ndarray:
