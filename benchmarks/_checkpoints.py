@@ -218,6 +218,8 @@ def _copy_tokenizer(tokenizer_dir: Path, out: Path, config: Any) -> None:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    if hasattr(config, "vision_start_token_id"):
+        _add_qwen_vision_tokens(tokenizer, config)
     tokenizer.save_pretrained(out)
 
     text_config = config.get_text_config()  # the config itself, or a vision-language model's language model's
@@ -228,6 +230,35 @@ def _copy_tokenizer(tokenizer_dir: Path, out: Path, config: Any) -> None:
     for target in {id(config): config, id(text_config): text_config}.values():
         target.bos_token_id = in_vocabulary(tokenizer.bos_token_id)
         target.eos_token_id = in_vocabulary(tokenizer.eos_token_id)
+
+
+#: Qwen2.5's special tokens after ``<|im_end|>`` (151645), in the order of their ids (151646-151656), which
+#: Qwen2.5-VL's config names by id: its vision start, end and pad, image and video tokens.
+QWEN_VISION_TOKENS = (
+    "<|object_ref_start|>", "<|object_ref_end|>", "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>",
+    "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>",
+)  # fmt: skip
+
+
+def _add_qwen_vision_tokens(tokenizer: Any, config: Any) -> None:
+    """Give a Qwen2.5 text tokenizer the special tokens of Qwen2.5-VL's, at the ids the model's config names.
+
+    A tokenizer rebuilt from a GGUF file holds them in its vocabulary, but not as added tokens: ``<|image_pad|>`` is
+    then split into plain pieces, and OpenVINO GenAI's VLM pipeline finds fewer image tokens in the prompt than the
+    image has embeddings ("Image embeddings count (64) does not match image pad tokens in prompt (2)").
+    """
+    missing = [token for token in QWEN_VISION_TOKENS if token not in tokenizer.get_added_vocab()]
+    tokenizer.add_special_tokens({"additional_special_tokens": missing}, replace_extra_special_tokens=False)
+    named = {
+        "<|vision_start|>": config.vision_start_token_id,
+        "<|vision_end|>": config.vision_end_token_id,
+        "<|image_pad|>": config.image_token_id,
+        "<|video_pad|>": config.video_token_id,
+    }
+    for token, token_id in named.items():
+        given = tokenizer.convert_tokens_to_ids(token)
+        if given != token_id:
+            raise ValueError(f"the tokenizer gives {token} the id {given}, not {token_id}")
 
 
 def _write_image_processor(out: Path) -> None:
