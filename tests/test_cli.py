@@ -115,10 +115,18 @@ def test_flags_are_the_compress_jobs_options(capsys: pytest.CaptureFixture[str])
     changed = cli.build_parser().parse_args(["compress", "m", "out", "--no-output-check", "--ignore", "a", "--awq"])
     options = cli.job_options(changed)
     assert not options.output_check and options.ignore == ("a",) and options.awq
-    assert (
-        not options.int8_stand_in
-        and cli.job_options(cli.build_parser().parse_args(["compress", "m", "out", "--int8-stand-in"])).int8_stand_in
-    )
+
+    def stand_in(*flags: str) -> bool | None:
+        return cli.job_options(cli.build_parser().parse_args(["compress", "m", "out", *flags])).int8_stand_in
+
+    assert (stand_in(), stand_in("--int8-stand-in"), stand_in("--no-int8-stand-in")) == (None, True, False)
+    budget = cli.build_parser().parse_args(["compress", "m", "out", "--memory-budget", "14"])
+    assert cli.job_options(budget).memory_budget == 14.0 and options.memory_budget is None
+
+
+def test_the_stand_in_flags_exclude_each_other(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_cli(["compress", "m", "out", "--int8-stand-in", "--no-int8-stand-in"], capsys)
+    assert code == 2 and "not allowed with argument" in err
 
 
 def test_command_line_process_reports_errors_without_traceback(tmp_path: Path) -> None:

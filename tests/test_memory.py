@@ -238,15 +238,18 @@ def seven_b_hf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.mark.parametrize(
     ("options", "refused"),
     [
-        pytest.param({}, True, id="self-calibrated"),
-        pytest.param({"self_calibration": False}, False, id="data-free"),
-        pytest.param({"memory_check": False}, False, id="check-off"),
-        pytest.param({"dataset": "text"}, False, id="calibrated-on-a-dataset"),
-        pytest.param({"hqq": False}, False, id="rtn"),
+        pytest.param({}, None, id="self-calibrated-chooses-the-stand-in"),
+        pytest.param({"int8_stand_in": False}, "self_calibration=False (data-free) fits", id="float-model"),
+        pytest.param({"int8_stand_in": False, "memory_budget": 64}, None, id="float-model-in-a-budget-that-fits"),
+        pytest.param({"memory_budget": 12}, "export the model on a larger machine", id="a-budget-too-small"),
+        pytest.param({"self_calibration": False}, None, id="data-free"),
+        pytest.param({"memory_check": False}, None, id="check-off"),
+        pytest.param({"dataset": "text"}, None, id="calibrated-on-a-dataset"),
+        pytest.param({"hqq": False}, None, id="rtn"),
     ],
 )
 def test_the_job_estimates_the_phases_its_options_run(
-    seven_b_hf: Path, tmp_path: Path, options: dict[str, Any], refused: bool
+    seven_b_hf: Path, tmp_path: Path, options: dict[str, Any], refused: str | None
 ) -> None:
     if "dataset" in options:
         (tmp_path / "text").write_text("w1 w2")
@@ -255,8 +258,44 @@ def test_the_job_estimates_the_phases_its_options_run(
     with pytest.raises(expected) as info:
         compress(seven_b_hf, tmp_path / "out", log=lambda _: None, **options)
     if refused:
-        assert "self_calibration=False (data-free) fits" in str(info.value)
+        assert refused in str(info.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_the_stand_in_is_chosen_only_where_the_float_model_does_not_fit() -> None:
+    """Automatic (``stand_in=None``): the float model on 23 GiB; on 15.5 GiB the INT8 stand-in, with the reason
+    logged; on 12 GiB neither fits, and the refusal names what does."""
+    arguments = ("/models/qwen", SEVEN_B, True, GENERATION, HELD_OUT)
+    lines: list[str] = []
+    roomy = memory.check_compress_memory(*arguments, lines.append, stand_in=None, available=int(23 * GIB))
+    assert not roomy.stand_in and roomy.why is None
+    assert roomy.estimates == tuple(memory.compress_estimates(SEVEN_B, True, GENERATION, HELD_OUT, stand_in=False))
+    lines.clear()
+    laptop = memory.check_compress_memory(*arguments, lines.append, stand_in=None, available=int(15.5 * GIB))
+    assert laptop.stand_in and laptop.why is not None
+    assert laptop.estimates == tuple(memory.compress_estimates(SEVEN_B, True, GENERATION, HELD_OUT, stand_in=True))
+    assert lines[0] == f"memory: {laptop.why}"
+    assert "the float model's self-calibration text needs about 15.7 GiB" in lines[0]
+    assert "15.5 GiB available" in lines[0]
+    with pytest.raises(memory.NotEnoughMemoryError) as info:
+        from_ir = ("/models/qwen", SEVEN_B, False, GENERATION, HELD_OUT)  # no export: its pages are not the limit
+        memory.check_compress_memory(*from_ir, lines.append, stand_in=None, available=12 * GIB)
+    assert "--no-self-calibration (data-free) fits" in info.value.for_command_line()
+    asked = memory.check_compress_memory(*arguments, lines.append, stand_in=True, available=int(23 * GIB))
+    assert asked.stand_in and asked.why is None
+
+
+def test_the_job_records_the_stand_in_it_chose(seven_b_hf: Path, tmp_path: Path) -> None:
+    """``nncf_hqq_compression.json`` says whether the stand-in ran, and why: the job's own decision."""
+    from nncf_hqq.llm.compress_job import CompressJob
+    from nncf_hqq.llm.options import JobOptions
+
+    lines: list[str] = []
+    job = CompressJob(JobOptions(), lines.append)
+    with pytest.raises(ReachedError):
+        job.run(seven_b_hf, tmp_path / "out")
+    assert job.stand_in and job.stand_in_reason is not None
+    assert any(line == f"memory: {job.stand_in_reason}" for line in lines)
 
 
 def test_refused_before_anything_is_written(

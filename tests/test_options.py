@@ -142,8 +142,13 @@ def test_without_a_group_size_nncf_adjusts_it_per_layer() -> None:
             "task must be one of 'auto', 'text-generation', 'feature-extraction', 'image-text-to-text', got fill-mask",
             None,
         ),
+        (
+            {"memory_budget": 0.0},
+            "memory_budget must be a positive number of GiB, got 0.0",
+            "--memory-budget must be a positive number of GiB, got 0.0",
+        ),
     ],
-    ids=["value", "missing-data", "low-bit-conflicts", "without-hqq", "choice"],
+    ids=["value", "missing-data", "low-bit-conflicts", "without-hqq", "choice", "memory-budget"],
 )
 def test_bad_options_name_themselves_in_each_callers_words(
     options: dict[str, Any], python: str, command_line: str | None

@@ -212,12 +212,28 @@ def _add_compress_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="run even when a phase's estimated memory exceeds the memory available (default: refused up front)",
     )
-    p.add_argument(
+    stand_in = p.add_mutually_exclusive_group()
+    stand_in.add_argument(
         "--int8-stand-in",
-        action="store_true",
+        action="store_const",
+        const=True,
+        default=None,
         help="self-calibrated: run an INT8 copy of the float model, in half the memory of bf16 weights, for the "
-        "self-calibration text, the statistics and the output check's reference (default: the float model itself; "
-        "the copy cost accuracy on SmolLM2)",
+        "self-calibration text, the statistics and the output check's reference (default: only where a phase of "
+        "the float model would not fit in the memory available and every phase with the copy does)",
+    )
+    stand_in.add_argument(
+        "--no-int8-stand-in",
+        dest="int8_stand_in",
+        action="store_const",
+        const=False,
+        help="self-calibrated: always run the float model itself (a run that does not fit is refused)",
+    )
+    p.add_argument(
+        "--memory-budget",
+        type=float,
+        metavar="GIB",
+        help="plan and check the phases for this much memory instead of what the system has available",
     )
     p.add_argument(
         "--backend",

@@ -38,6 +38,7 @@ from nncf_hqq.llm.layout import LANGUAGE_MODEL_XML
 from nncf_hqq.llm.layout import read_model
 from nncf_hqq.llm.logs import announces_phases
 from nncf_hqq.llm.logs import progress_bars_only_on_a_terminal
+from nncf_hqq.llm.memory import GIB
 from nncf_hqq.llm.memory import PhaseEstimate
 from nncf_hqq.llm.memory import check_compress_memory
 from nncf_hqq.llm.memory import first_line
@@ -158,6 +159,9 @@ class CompressJob:
         self.timer = StepTimer(log, at_boundary=return_free_heap, announce=announces_phases())
         self.start = time.perf_counter()
         self.estimates: tuple[PhaseEstimate, ...] = ()
+        #: Whether the INT8 stand-in runs the float model's phases: as asked, or chosen for the memory.
+        self.stand_in = bool(options.int8_stand_in)
+        self.stand_in_reason: str | None = None
         #: The zero-point format chosen for ``target_cpu`` (recorded in OUT), when the job chose it.
         self.zero_point_choice: dict[str, Any] | None = None
 
@@ -212,7 +216,7 @@ class CompressJob:
         )
         generation = SELF_CALIBRATION_DEFAULT.replace(num_samples=options.self_calibration_samples)
         held_out = OUTPUT_CHECK_SEQUENCES if self_calibrates and options.output_check else 0
-        estimates = check_compress_memory(
+        plan = check_compress_memory(
             source.name,
             size,
             source.export is not None,  # a HF model: exported first
@@ -221,8 +225,10 @@ class CompressJob:
             self.log,
             refuse=options.memory_check,
             stand_in=options.int8_stand_in,
+            available=None if options.memory_budget is None else int(options.memory_budget * GIB),
         )
-        self.estimates = tuple(estimates)
+        self.estimates = plan.estimates
+        self.stand_in, self.stand_in_reason = plan.stand_in, plan.why
 
     def _compress_in_openvino(self, source: ModelSource, out: Path) -> CompressionResult:
         options, timer = self.options, self.timer
@@ -249,7 +255,7 @@ class CompressJob:
                 )
             check = None
             scratch = out.resolve().parent  # the stand-in and the float model's recorded logits, removed after
-            with stand_in_for(ir.xml, compression, options.int8_stand_in, scratch, self.log, timer) as stand_in:
+            with stand_in_for(ir.xml, compression, self.stand_in, scratch, self.log, timer) as stand_in:
                 if compression.self_calibration is not None and options.output_check:
                     del model  # the check holds the candidate it keeps; this reference would keep the first one too
                     model, compression, check = compress_checked_on_outputs(
@@ -545,6 +551,8 @@ class CompressJob:
             "self_calibration": dataclasses.asdict(compression.self_calibration)
             if compression.self_calibration
             else None,
+            "int8_stand_in": self.stand_in if compression.self_calibration else None,
+            "int8_stand_in_reason": self.stand_in_reason if compression.self_calibration else None,
             "compress_seconds": seconds,
             "versions": versions(),
         }

@@ -309,6 +309,16 @@ def first_line(err: BaseException) -> str:
     return (str(err).splitlines() or [""])[0][:200]
 
 
+@dataclass(frozen=True)
+class MemoryPlan:
+    """What ``check_compress_memory`` decided: the estimate of every phase and whether the INT8 stand-in runs the
+    float model's phases (``stand_in``), with the reason when it was chosen for the memory (``why``)."""
+
+    estimates: tuple[PhaseEstimate, ...]
+    stand_in: bool
+    why: str | None = None
+
+
 def check_compress_memory(
     model: str,
     size: ModelSize,
@@ -317,18 +327,29 @@ def check_compress_memory(
     held_out: int,
     log: Callable[[str], None],
     refuse: bool = True,
-    stand_in: bool = False,
-) -> list[PhaseEstimate]:
-    """The estimates of every phase the compress job will run (``compress_estimates``), the largest logged; with
-    ``refuse``, ``NotEnoughMemoryError`` naming the phases that exceed the memory available and the options that
-    fit."""
+    stand_in: bool | None = False,
+    available: int | None = None,
+) -> MemoryPlan:
+    """The estimates of every phase the compress job will run (``compress_estimates``), the largest logged, within
+    ``available`` bytes (default: what the system has available, ``available_bytes``).
+
+    ``stand_in``: True or False runs the phases as asked; None (automatic) runs the float model where every phase
+    fits, and the INT8 stand-in where only it fits (logged, with the estimate that did not fit). With ``refuse``,
+    ``NotEnoughMemoryError`` names the phases that exceed the memory available and the options that fit.
+    """
+    available = available_bytes() if available is None else available
+    why = None
+    if stand_in is None:
+        why = _why_stand_in(size, export, generation, held_out, available)
+        stand_in = why is not None
+        if why is not None:
+            log(f"memory: {why}")
     estimates = compress_estimates(size, export, generation, held_out, stand_in)
-    available = available_bytes()
     peak = max(estimates, key=lambda e: e.total)
     log(f"memory: {peak.describe()} at most; {available / GIB:.1f} GiB available")
     over = too_large(estimates, available)
     if not over or not refuse:
-        return estimates
+        return MemoryPlan(tuple(estimates), stand_in, why)
     fits = []
     with_stand_in = compress_estimates(size, export, generation, held_out, stand_in=True)
     if generation is not None and not stand_in and not too_large(with_stand_in, available):
@@ -347,6 +368,25 @@ def check_compress_memory(
     msg += " ({no_memory_check} runs it anyway)"
     needs = "; ".join(e.describe() for e in over)
     raise NotEnoughMemoryError(msg, model_path=model, needs=needs, available=f"{available / GIB:.1f}")
+
+
+def _why_stand_in(
+    size: ModelSize, export: bool, generation: SelfCalibration | None, held_out: int, available: int
+) -> str | None:
+    """Why the automatic choice runs the INT8 stand-in: a phase of the float model does not fit in ``available``
+    and every phase with the stand-in does; None where the float model fits (or nothing fits either way, which the
+    refusal then says)."""
+    if generation is None:
+        return None
+    over = too_large(compress_estimates(size, export, generation, held_out, stand_in=False), available)
+    if not over or too_large(compress_estimates(size, export, generation, held_out, stand_in=True), available):
+        return None
+    largest = max(over, key=lambda e: e.total)
+    return (
+        f"the float model's {largest.phase} needs about {largest.total / GIB:.1f} GiB, more than the "
+        f"{available / GIB:.1f} GiB available: an INT8 copy of it runs the phases that need its outputs "
+        "(--no-int8-stand-in, int8_stand_in=False, refuses instead)"
+    )
 
 
 def check_evaluate_memory(

@@ -300,7 +300,12 @@ class JobOptions(RecipeOptions):
     :param memory_check: refuse, before anything starts, a run whose phases need more memory than is available.
     :param int8_stand_in: self-calibrated: an INT8 copy of the float model runs the phases that only need its outputs
         (the output check's reference, the self-calibration text, the statistics; ``nncf_hqq.llm.stand_in``), in
-        about half the memory of bf16 weights. Off by default: on SmolLM2 it cost accuracy (docs/memory.md).
+        about half the memory of bf16 weights. None (default): only where a phase of the float model would not fit
+        in the memory available and every phase with the copy does (logged); True: always; False: never (a run
+        that does not fit is refused). Its results are within the calibration's seed spread on SmolLM2, slightly
+        behind the float model's (docs/memory.md).
+    :param memory_budget: GiB the job may use, planned and checked as the memory available (default: what the
+        system has available when the job starts), e.g. to leave room for other work.
     :param target_cpu: the kind of CPU the model will run on (``cpu.TARGET_CPUS``; ``"this"``: the one the job
         runs on); without ``zero_point``, HQQ's zero points take the format that suits it (``cpu.zero_point_for``).
     """
@@ -313,7 +318,8 @@ class JobOptions(RecipeOptions):
     tokenizer: Path | None = None
     task: str = AUTO_TASK
     memory_check: bool = True
-    int8_stand_in: bool = False
+    int8_stand_in: bool | None = None
+    memory_budget: float | None = None
     backend: str = "auto"
     target_cpu: str = "this"
 
@@ -388,6 +394,8 @@ class JobOptions(RecipeOptions):
                 )
             if not self.self_prompt_text.is_file():
                 raise OptionError("{self_prompt_text} {path} is not a file", path=self.self_prompt_text)
+        if self.memory_budget is not None and not self.memory_budget > 0:
+            raise OptionError("{memory_budget} must be a positive number of GiB, got {value}", value=self.memory_budget)
         if self.dataset is not None and not self.dataset.is_file():
             raise OptionError("{dataset} {path} is not a file", path=self.dataset)
         if self.tokenizer is not None and not self.tokenizer.is_dir():
