@@ -303,7 +303,6 @@ class HQQ:
         has the least output error on the activations.
         """
         grouped, axis = _grouped(weight, reduction_axis, config.group_size)
-        num_bits = config.num_bits
         rtn = quantize_as_stored(grouped, config, *calculate_integer_quantization_params(grouped, axis, config), True)
         candidates = [candidate, rtn]
         if reference is not None and reference.scale is not None:
