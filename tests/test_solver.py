@@ -24,11 +24,11 @@ from nncf_hqq.maths.core import refine_least_squares
 from nncf_hqq.maths.core import refine_weighted_least_squares
 from nncf_hqq.maths.core import split_into_groups
 from nncf_hqq.maths.core import weighted_mean
+from nncf_hqq.maths.grids import symmetric_init
 from nncf_hqq.maths.integer import floor_symmetric_scale_to_extremes
 from nncf_hqq.maths.integer import least_squares_scale_for_zero
 from nncf_hqq.maths.integer import refine_symmetric_scale
 from nncf_hqq.maths.integer import symmetric_codes
-from nncf_hqq.maths.integer import symmetric_init
 from nncf_hqq.maths.solver import SHRINK_EPS
 from nncf_hqq.maths.solver import group_squared_error
 from nncf_hqq.maths.solver import hqq_solve

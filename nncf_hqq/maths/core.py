@@ -5,7 +5,7 @@ one into NNCF's tree with the patch that adds the step, ``upstream/series.py``):
 - ``zero_point_solver``: HQQ's float zero point and the least-squares refinement (patch 0001);
 - ``data_free_steps``: the input-weighted refinement, the codes against the stored values (NNCF's quantization), the
   per-group RTN fallback and unit gain (patch 0003);
-- ``unsigned_grid``: grouping, RTN parameters and encoding at any bit width (INT3/INT2_ASYM have no NNCF mode; the
+- ``grids``: grouping, RTN parameters and encoding at any bit width (INT3/INT2_ASYM have no NNCF mode; the
   series calls NNCF's helpers instead);
 - ``scale_on_data``: the scale refinement on calibration inputs.
 """
@@ -25,17 +25,17 @@ from nncf_hqq.maths.data_free_steps import unit_gain
 from nncf_hqq.maths.data_free_steps import unit_gain_factor_for_codes
 from nncf_hqq.maths.data_free_steps import weighted_mean
 from nncf_hqq.maths.data_free_steps import with_unit_gain
+from nncf_hqq.maths.grids import decompress
+from nncf_hqq.maths.grids import rtn_scale_zero_point
+from nncf_hqq.maths.grids import rtn_scale_zero_point_for_range
+from nncf_hqq.maths.grids import split_into_groups
+from nncf_hqq.maths.grids import to_compressed_weight
 from nncf_hqq.maths.integer import keep_best
 from nncf_hqq.maths.integer import mean_absolute_error
 from nncf_hqq.maths.scale_on_data import activation_error
 from nncf_hqq.maths.scale_on_data import equivalent_inputs
 from nncf_hqq.maths.scale_on_data import output_projections
 from nncf_hqq.maths.scale_on_data import refine_scale_on_activations
-from nncf_hqq.maths.unsigned_grid import decompress
-from nncf_hqq.maths.unsigned_grid import rtn_scale_zero_point
-from nncf_hqq.maths.unsigned_grid import rtn_scale_zero_point_for_range
-from nncf_hqq.maths.unsigned_grid import split_into_groups
-from nncf_hqq.maths.unsigned_grid import to_compressed_weight
 from nncf_hqq.maths.zero_point_solver import F16_MAX
 from nncf_hqq.maths.zero_point_solver import F16_TINY
 from nncf_hqq.maths.zero_point_solver import MAX_ABS_ZERO

@@ -40,12 +40,11 @@ def test_integer_parameters_beat_rounding_in_every_group(mode, integer_zero_poin
     weight = Tensor((np.random.default_rng(0).standard_t(4, (32, 128)) * 0.02).astype(np.float32))
     config = WeightCompressionConfig(mode, group_size=32)
     grouped, axis = reshape_weight_for_grouped_quantization(weight, 1, 32)
-    bits = config.num_bits
+    rtn_scale, rtn_zero_point = calculate_integer_quantization_params(grouped, axis, config)
     if config.is_asym_mode:
-        rtn_params = calculate_integer_quantization_params(grouped, axis, config)
-        rtn = steps.quantize_as_stored(grouped, config, *rtn_params, True)
+        rtn = steps.quantize_as_stored(grouped, config, rtn_scale, rtn_zero_point, True)
     else:
-        rtn = integer.to_symmetric_compressed_weight(grouped, integer.symmetric_init(grouped, axis, bits), bits)
+        rtn = integer.quantize_symmetric_as_stored(grouped, config, rtn_scale)
     hqq = HQQ(mode, unit_gain=False, integer_zero_point=integer_zero_point).compress(weight, 1, config)
     assert integer_zero_point == (hqq.zero_point is not None and not hqq.zero_point.dtype.is_float())
     errors = [steps.stored_group_error(grouped, c, axis, None).data for c in (hqq, rtn)]

@@ -16,10 +16,9 @@ from nncf.quantization.algorithms.weight_compression.config import WeightCompres
 from nncf.quantization.algorithms.weight_compression.config import WeightCompressionParameters
 from nncf.quantization.algorithms.weight_compression.hqq_guard import choose_per_row
 from nncf.quantization.algorithms.weight_compression.hqq_integer import optimize_scale
+from nncf.quantization.algorithms.weight_compression.hqq_integer import quantize_symmetric_as_stored
 from nncf.quantization.algorithms.weight_compression.hqq_integer import refine_symmetric_scale
 from nncf.quantization.algorithms.weight_compression.hqq_integer import refine_with_integer_zero
-from nncf.quantization.algorithms.weight_compression.hqq_integer import symmetric_init
-from nncf.quantization.algorithms.weight_compression.hqq_integer import to_symmetric_compressed_weight
 from nncf.quantization.algorithms.weight_compression.hqq_scale_on_data import equivalent_inputs
 from nncf.quantization.algorithms.weight_compression.hqq_scale_on_data import refine_scale_on_activations
 from nncf.quantization.algorithms.weight_compression.hqq_solver import refine_least_squares
@@ -245,7 +244,7 @@ class HQQ:
         if config.is_asym_mode:
             result = self._compress_asymmetric(grouped, axis, config, weights, keep_rtn)
         else:
-            result = self._compress_symmetric(grouped, axis, config.num_bits, weights, keep_rtn)
+            result = self._compress_symmetric(grouped, axis, config, weights, keep_rtn)
         if not self._unit_gain or keep_rtn or config.num_bits < UNIT_GAIN_MIN_BITS:
             return result
         return with_unit_gain(grouped, result, axis)
@@ -267,20 +266,21 @@ class HQQ:
         return choose_per_group(next(errors) <= next(errors), result, rtn)
 
     def _compress_symmetric(
-        self, grouped: Tensor, axis: int, num_bits: int, weights: Tensor | None, keep_rtn: bool
+        self, grouped: Tensor, axis: int, config: WeightCompressionConfig, weights: Tensor | None, keep_rtn: bool
     ) -> CompressedWeight:
         """
         HQQ's scale-only solver from NNCF's symmetric scale (floored to clip no extreme weight), its least-squares
         refinement, and round-to-nearest where it reconstructs the group better.
         """
-        rtn_scale = symmetric_init(grouped, axis, num_bits)
-        rtn = to_symmetric_compressed_weight(grouped, rtn_scale, num_bits)
+        rtn_scale, _ = calculate_integer_quantization_params(grouped, axis, config)
+        rtn = quantize_symmetric_as_stored(grouped, config, rtn_scale)
         if keep_rtn:
             return rtn
+        num_bits = config.num_bits
         scale = optimize_scale(grouped, rtn_scale, axis, num_bits, self._num_iterations, weights, True)
         if self._refinement_steps:
             scale = refine_symmetric_scale(grouped, scale, axis, num_bits, self._refinement_steps, weights, True)
-        result = to_symmetric_compressed_weight(grouped, scale, num_bits)
+        result = quantize_symmetric_as_stored(grouped, config, scale)
         errors = (stored_group_error(grouped, compressed, axis, weights) for compressed in (result, rtn))
         better = next(errors) <= next(errors)
         tensor, scale = (fns.where(better, a, b) for a, b in ((result.tensor, rtn.tensor), (result.scale, rtn.scale)))
@@ -344,17 +344,16 @@ class HQQ:
         has the least output error on the activations.
         """
         grouped, axis = _grouped(weight, reduction_axis, config.group_size)
-        num_bits = config.num_bits
+        rtn_scale, rtn_zero_point = calculate_integer_quantization_params(grouped, axis, config)
         if candidate.zero_point is None:
-            rtn = to_symmetric_compressed_weight(grouped, symmetric_init(grouped, axis, num_bits), num_bits)
+            rtn = quantize_symmetric_as_stored(grouped, config, rtn_scale)
         else:
-            rtn_params = calculate_integer_quantization_params(grouped, axis, config)
-            rtn = quantize_as_stored(grouped, config, *rtn_params, True)
+            rtn = quantize_as_stored(grouped, config, rtn_scale, rtn_zero_point, True)
         candidates = [candidate, rtn]
         if reference is not None and reference.scale is not None:
             scale = _as_float32_numpy(reference.scale)
             if candidate.zero_point is None:
-                candidates.insert(1, to_symmetric_compressed_weight(grouped, scale, num_bits))
+                candidates.insert(1, quantize_symmetric_as_stored(grouped, config, scale))
             else:
                 zero_point = _as_float32_numpy(reference.zero_point)
                 candidates.insert(1, quantize_as_stored(grouped, config, scale, zero_point, True))

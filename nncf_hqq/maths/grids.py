@@ -1,11 +1,13 @@
 """
-The unsigned grid of ``nncf_hqq``'s asymmetric modes at any bit width, as pure functions over nncf.tensor: grouping,
-round-to-nearest parameters, the codes against the stored values and their reconstruction.
+The integer grids of ``nncf_hqq`` by bit width, as pure functions over nncf.tensor: grouping, round-to-nearest
+parameters from a weight or from its groups' minima and maxima, the codes against the stored values and their
+reconstruction.
 
-NNCF's own helpers compute these for the bit widths of its modes (``reshape_weight_for_grouped_quantization``,
-``calculate_integer_quantization_params``, ``do_integer_quantization``, ``do_integer_dequantization``): the pull-request
-series calls them directly. ``nncf_hqq`` also writes INT3_ASYM and INT2_ASYM, for which NNCF has no mode, so its
-encoding here takes a bit width; grouping and the round-to-nearest parameters are NNCF's.
+NNCF's own helpers compute these for the modes of a ``WeightCompressionConfig``
+(``reshape_weight_for_grouped_quantization``, ``calculate_integer_quantization_params``, ``do_integer_quantization``,
+``do_integer_dequantization``): the pull-request series calls them directly. ``nncf_hqq`` also writes INT3_ASYM and
+INT2_ASYM, for which NNCF has no mode, and its compiled kernels reduce the minima and maxima themselves, so the
+functions here take a bit width (and a range); grouping and the asymmetric range's parameters are NNCF's.
 """
 
 from nncf.quantization.algorithms.weight_compression.parameters import CompressedWeight
@@ -16,7 +18,13 @@ from nncf.tensor import TensorDataType
 from nncf.tensor import functions as fns
 
 from nncf_hqq.maths.data_free_steps import levels_max
+from nncf_hqq.maths.data_free_steps import round_to_f16
+from nncf_hqq.maths.data_free_steps import signed_magnitude
 from nncf_hqq.maths.data_free_steps import stored_parameters
+from nncf_hqq.maths.integer import signed_levels
+from nncf_hqq.maths.integer import symmetric_codes
+from nncf_hqq.maths.zero_point_solver import F16_MAX
+from nncf_hqq.maths.zero_point_solver import F16_TINY
 
 
 def split_into_groups(weight: Tensor, reduction_axis: int, group_size: int) -> tuple[Tensor, int]:
@@ -78,3 +86,27 @@ def decompress(compressed: CompressedWeight) -> Tensor:
     if compressed.zero_point is not None:
         codes = codes - compressed.zero_point.astype(TensorDataType.float32)
     return codes * compressed.scale.astype(TensorDataType.float32)
+
+
+def symmetric_init_for_range(w_min: Tensor, w_max: Tensor, num_bits: int) -> Tensor:
+    """
+    NNCF's signed scale from every group's minimum and maximum: the end of larger magnitude maps to code -2^(b-1),
+    so the scale is negative when the maximum outweighs the minimum's magnitude.
+    """
+    low, _ = signed_levels(num_bits)
+    w_abs_min = fns.abs(w_min)
+    scale = fns.where(w_abs_min >= w_max, w_abs_min, -w_max) / -low
+    eps = float(fns.finfo(scale).eps)
+    return fns.where(fns.abs(scale) < eps, eps, scale)
+
+
+def symmetric_init(weight: Tensor, axis: int, num_bits: int) -> Tensor:
+    w_min = fns.min(weight, axis=axis, keepdims=True)
+    return symmetric_init_for_range(w_min, fns.max(weight, axis=axis, keepdims=True), num_bits)
+
+
+def to_symmetric_compressed_weight(grouped_weight: Tensor, scale: Tensor, num_bits: int) -> CompressedWeight:
+    """Signed int8 codes encoded against the signed scale as written (f16), without zero point."""
+    scale = signed_magnitude(scale, round_to_f16(fns.abs(scale), F16_TINY, F16_MAX))
+    codes = symmetric_codes(grouped_weight.astype(TensorDataType.float32), scale, num_bits)
+    return CompressedWeight(codes.astype(TensorDataType.int8), scale, None)
