@@ -45,8 +45,8 @@ from nncf_hqq.maths.core import equivalent_inputs
 from nncf_hqq.maths.core import rtn_scale_zero_point
 from nncf_hqq.maths.core import split_into_groups
 from nncf_hqq.maths.error_feedback import error_feedback_codes
+from nncf_hqq.maths.grids import symmetric_init
 from nncf_hqq.maths.guard import choose_per_row
-from nncf_hqq.maths.integer import symmetric_init
 from nncf_hqq.maths.solver import hqq_solve
 from nncf_hqq.parameters import AttentionRole
 from nncf_hqq.parameters import HQQParameters

@@ -25,7 +25,7 @@ from nncf_hqq.maths.core import dequantize
 from nncf_hqq.maths.core import quantize
 from nncf_hqq.maths.core import rtn_scale_zero_point
 from nncf_hqq.maths.core import split_into_groups
-from nncf_hqq.maths.integer import symmetric_init
+from nncf_hqq.maths.grids import symmetric_init
 from nncf_hqq.maths.solver import hqq_solve
 from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import HQQ_REFERENCE

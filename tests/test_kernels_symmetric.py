@@ -25,8 +25,8 @@ from nncf_hqq.kernels import symmetric
 from nncf_hqq.maths.conversion import to_symmetric_compressed_weight
 from nncf_hqq.maths.core import decompress
 from nncf_hqq.maths.core import split_into_groups
+from nncf_hqq.maths.grids import symmetric_init
 from nncf_hqq.maths.integer import symmetric_codes
-from nncf_hqq.maths.integer import symmetric_init
 from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import HQQ_REFERENCE
 from nncf_hqq.parameters import HQQParameters

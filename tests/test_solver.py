@@ -24,11 +24,11 @@ from nncf_hqq.maths.core import refine_least_squares
 from nncf_hqq.maths.core import refine_weighted_least_squares
 from nncf_hqq.maths.core import split_into_groups
 from nncf_hqq.maths.core import weighted_mean
+from nncf_hqq.maths.grids import symmetric_init
 from nncf_hqq.maths.integer import floor_symmetric_scale_to_extremes
 from nncf_hqq.maths.integer import least_squares_scale_for_zero
 from nncf_hqq.maths.integer import refine_symmetric_scale
 from nncf_hqq.maths.integer import symmetric_codes
-from nncf_hqq.maths.integer import symmetric_init
 from nncf_hqq.maths.solver import SHRINK_EPS
 from nncf_hqq.maths.solver import group_squared_error
 from nncf_hqq.maths.solver import hqq_solve
@@ -237,6 +237,23 @@ def test_least_squares_rounds_on_moving_groups_only_equal_every_group(
         np.testing.assert_allclose(got, expected, rtol=1e-5)  # equal but for the order of each group's sums
         if axis == 2:
             np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("threads", [2, 3, 8])
+def test_solver_output_does_not_depend_on_the_thread_count(threads: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """29 blocks on 1 thread and on several (more threads than cores included): the same bits."""
+    monkeypatch.setattr(zero_point_solver, "BLOCK_ELEMENTS", SMALL_BLOCKS)
+    w = Tensor((np.random.default_rng(3).standard_t(4, (24, 6, 32)) * 0.02).astype(np.float32))
+
+    def solve() -> list[np.ndarray]:
+        s, z = zero_point_solver.solve_zero_point(w, 2, 4, 20)
+        return [x.data for x in (s, z, *refine_least_squares(w, s, z, 2, 4, 5, True))]
+
+    monkeypatch.setattr(zero_point_solver, "BLOCK_THREADS", 1)
+    one = solve()
+    monkeypatch.setattr(zero_point_solver, "BLOCK_THREADS", threads)
+    for got, expected in zip(solve(), one, strict=True):
+        np.testing.assert_array_equal(got, expected)
 
 
 @st.composite

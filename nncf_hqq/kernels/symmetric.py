@@ -39,10 +39,10 @@ from nncf_hqq.maths.core import F16_TINY
 from nncf_hqq.maths.core import round_to_f16
 from nncf_hqq.maths.core import signed_magnitude
 from nncf_hqq.maths.core import stored_group_error
+from nncf_hqq.maths.grids import symmetric_init
+from nncf_hqq.maths.grids import symmetric_init_for_range
 from nncf_hqq.maths.integer import refine_symmetric_scale
 from nncf_hqq.maths.integer import signed_levels
-from nncf_hqq.maths.integer import symmetric_init
-from nncf_hqq.maths.integer import symmetric_init_for_range
 from nncf_hqq.maths.integer import symmetric_scale_floor
 from nncf_hqq.maths.solver import SHRINK_MARGIN
 from nncf_hqq.maths.solver import optimize_scale_proximal

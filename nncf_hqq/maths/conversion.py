@@ -18,7 +18,7 @@ from nncf.tensor import functions as fns
 
 from nncf_hqq._nncf import CompressedWeight
 from nncf_hqq.maths import core
-from nncf_hqq.maths import integer
+from nncf_hqq.maths import grids
 from nncf_hqq.maths.core import levels_max
 
 
@@ -63,9 +63,9 @@ def to_compressed_weight(
 
 
 def to_symmetric_compressed_weight(grouped_weight: Tensor, scale: Tensor, num_bits: int) -> CompressedWeight:
-    """``nncf_hqq.maths.integer.to_symmetric_compressed_weight`` (signed int8 codes, the signed scale in f16) with
+    """``nncf_hqq.maths.grids.to_symmetric_compressed_weight`` (signed int8 codes, the signed scale in f16) with
     C-contiguous tensors (``contiguous``)."""
-    result = integer.to_symmetric_compressed_weight(grouped_weight, scale, num_bits)
+    result = grids.to_symmetric_compressed_weight(grouped_weight, scale, num_bits)
     return CompressedWeight(contiguous(result.tensor), contiguous(result.scale), None)
 
 

@@ -3,29 +3,33 @@ functions from here. Each function lives in the module named after its step (the
 one into NNCF's tree with the patch that adds the step, ``upstream/series.py``):
 
 - ``zero_point_solver``: HQQ's float zero point and the least-squares refinement (patch 0001);
-- ``data_free_steps``: NNCF's RTN parameters and encoding, the per-group RTN fallback and unit gain;
+- ``data_free_steps``: the input-weighted refinement, the codes against the stored values (NNCF's quantization), the
+  per-group RTN fallback and unit gain (patch 0003);
+- ``grids``: grouping, RTN parameters and encoding at any bit width (INT3/INT2_ASYM have no NNCF mode; the
+  series calls NNCF's helpers instead);
 - ``scale_on_data``: the scale refinement on calibration inputs.
 """
 
 from nncf_hqq.maths.data_free_steps import UNIT_GAIN_LIMITS
 from nncf_hqq.maths.data_free_steps import choose_per_group
-from nncf_hqq.maths.data_free_steps import decompress
 from nncf_hqq.maths.data_free_steps import group_inner_product
 from nncf_hqq.maths.data_free_steps import levels_max
+from nncf_hqq.maths.data_free_steps import quantize_as_stored
 from nncf_hqq.maths.data_free_steps import refine_weighted_least_squares
 from nncf_hqq.maths.data_free_steps import rescaled
 from nncf_hqq.maths.data_free_steps import round_to_f16
-from nncf_hqq.maths.data_free_steps import rtn_scale_zero_point
-from nncf_hqq.maths.data_free_steps import rtn_scale_zero_point_for_range
 from nncf_hqq.maths.data_free_steps import signed_magnitude
-from nncf_hqq.maths.data_free_steps import split_into_groups
 from nncf_hqq.maths.data_free_steps import stored_group_error
 from nncf_hqq.maths.data_free_steps import stored_parameters
-from nncf_hqq.maths.data_free_steps import to_compressed_weight
 from nncf_hqq.maths.data_free_steps import unit_gain
 from nncf_hqq.maths.data_free_steps import unit_gain_factor_for_codes
 from nncf_hqq.maths.data_free_steps import weighted_mean
 from nncf_hqq.maths.data_free_steps import with_unit_gain
+from nncf_hqq.maths.grids import decompress
+from nncf_hqq.maths.grids import rtn_scale_zero_point
+from nncf_hqq.maths.grids import rtn_scale_zero_point_for_range
+from nncf_hqq.maths.grids import split_into_groups
+from nncf_hqq.maths.grids import to_compressed_weight
 from nncf_hqq.maths.integer import keep_best
 from nncf_hqq.maths.integer import mean_absolute_error
 from nncf_hqq.maths.scale_on_data import activation_error
@@ -67,6 +71,7 @@ __all__ = [
     "optimize_zero_point",
     "output_projections",
     "quantize",
+    "quantize_as_stored",
     "refine_least_squares",
     "refine_scale_on_activations",
     "refine_weighted_least_squares",

@@ -1,9 +1,15 @@
 """
-HQQ's data-free steps beyond its solver, as pure functions over nncf.tensor: NNCF's round-to-nearest parameters and
-encoding, the per-group choice between two compressions (the RTN fallback) and unit gain.
+HQQ's data-free steps beyond its solver, as pure functions over nncf.tensor: the input-weighted refinement, the codes
+against the values a model stores, the per-group choice between two compressions (the RTN fallback) and unit gain.
+
+Grouping, round-to-nearest parameters, quantization and dequantization are NNCF's (``weight_lowering.py``); what is
+here computes what NNCF has no function for.
 """
 
+from nncf.quantization.algorithms.weight_compression.config import WeightCompressionConfig
 from nncf.quantization.algorithms.weight_compression.parameters import CompressedWeight
+from nncf.quantization.algorithms.weight_compression.weight_lowering import do_integer_dequantization
+from nncf.quantization.algorithms.weight_compression.weight_lowering import do_integer_quantization
 from nncf.tensor import Tensor
 from nncf.tensor import TensorDataType
 from nncf.tensor import functions as fns
@@ -114,71 +120,53 @@ def refine_weighted_least_squares(
     return best
 
 
-def split_into_groups(weight: Tensor, reduction_axis: int, group_size: int) -> tuple[Tensor, int]:
-    """[a, r, b] as [a, r // group_size, group_size, b], and the axis of the groups."""
-    reduction_axis = reduction_axis % weight.ndim
-    if group_size == -1:
-        return weight, reduction_axis
-    channels = weight.shape[reduction_axis]
-    if channels % group_size != 0:
-        msg = f"Channel size {channels} is not divisible by group_size={group_size}."
-        raise ValueError(msg)
-    shape = list(weight.shape)
-    shape[reduction_axis : reduction_axis + 1] = [channels // group_size, group_size]
-    return weight.reshape(tuple(shape)), reduction_axis + 1
-
-
-def rtn_scale_zero_point_for_range(w_min: Tensor, w_max: Tensor, num_bits: int) -> tuple[Tensor, Tensor]:
-    """NNCF's round-to-nearest scale and integer zero point from every group's minimum and maximum."""
-    w_min = fns.minimum(w_min, 0.0)
-    w_max = fns.maximum(w_max, 0.0)
-    q_max = levels_max(num_bits)
-    scale = (w_max - w_min) / q_max
-    eps = float(fns.finfo(scale).eps)
-    scale = fns.where(fns.abs(scale) < eps, eps, scale)
-    return scale, fns.clip(-fns.round(w_min / scale), 0.0, q_max)
-
-
-def rtn_scale_zero_point(weight: Tensor, axis: int, num_bits: int) -> tuple[Tensor, Tensor]:
-    weight = weight.astype(TensorDataType.float32)
-    w_min = fns.min(weight, axis=axis, keepdims=True)
-    return rtn_scale_zero_point_for_range(w_min, fns.max(weight, axis=axis, keepdims=True), num_bits)
-
-
 def stored_parameters(
     scale: Tensor, zero_point: Tensor, num_bits: int, integer_zero_point: bool
 ) -> tuple[Tensor, Tensor]:
-    """``stored_scale_zero_point``, or for an integer zero point the stored scale and the nearest code."""
+    """
+    ``stored_scale_zero_point``, or for an integer zero point the stored scale and the nearest code. NNCF has no such
+    function: it encodes with the float32 scale and converts it to float16 only when it writes the model.
+    """
     stored_scale, stored_zero_point = stored_scale_zero_point(scale, zero_point)
     if integer_zero_point:
         return stored_scale, fns.clip(fns.round(zero_point), 0.0, levels_max(num_bits))
     return stored_scale, stored_zero_point
 
 
-def to_compressed_weight(
-    grouped_weight: Tensor, scale: Tensor, zero_point: Tensor, num_bits: int, integer_zero_point: bool
+def quantize_as_stored(
+    grouped_weight: Tensor,
+    config: WeightCompressionConfig,
+    scale: Tensor,
+    zero_point: Tensor,
+    integer_zero_point: bool,
 ) -> CompressedWeight:
-    """uint8 codes encoded against the scale and zero point as written; an integer zero point as int32."""
-    scale, zero_point = stored_parameters(scale, zero_point, num_bits, integer_zero_point)
-    codes = grouped_weight.astype(TensorDataType.float32) / scale
-    codes += zero_point
-    codes = fns.clip(fns.round(codes), 0.0, levels_max(num_bits)).astype(TensorDataType.uint8)
+    """
+    NNCF's ``do_integer_quantization`` of the grouped weight against the scale and zero point as a model stores them
+    (``stored_parameters``), so that the codes are the nearest ones for the values it computes with.
+
+    :param grouped_weight: The weight, grouped along its reduction axis as NNCF groups it.
+    :param config: The compression config (an asymmetric mode).
+    :param scale: NNCF's scale of every group.
+    :param zero_point: The zero point of every group.
+    :param integer_zero_point: Whether the zero point is stored as the nearest code (int32) rather than in float16.
+    :return: The uint8 codes, the stored scale and the stored zero point.
+    """
+    scale, zero_point = stored_parameters(scale, zero_point, config.num_bits, integer_zero_point)
     if integer_zero_point:
         zero_point = zero_point.astype(TensorDataType.int32)
-    return CompressedWeight(codes, scale, zero_point)
-
-
-def decompress(compressed: CompressedWeight) -> Tensor:
-    codes = compressed.tensor.astype(TensorDataType.float32)
-    if compressed.zero_point is not None:
-        codes = codes - compressed.zero_point.astype(TensorDataType.float32)
-    return codes * compressed.scale.astype(TensorDataType.float32)
+    codes = do_integer_quantization(grouped_weight, config, None, scale, zero_point).tensor
+    # A copy: NNCF's compiled quantization returns its output buffer, which its next call of that shape overwrites.
+    return CompressedWeight(codes.clone(), scale, zero_point)
 
 
 def stored_group_error(
     grouped_weight: Tensor, compressed: CompressedWeight, axis: int, importance: Tensor | None
 ) -> Tensor:
-    diff = decompress(compressed) - grouped_weight
+    """
+    The (importance-weighted) mean squared error of every group of NNCF's dequantization: NNCF's
+    ``get_integer_quantization_error`` reduces it to one number per tensor, the per-group choices need each group's.
+    """
+    diff = do_integer_dequantization(compressed) - grouped_weight
     return weighted_mean(diff * diff, importance, axis)
 
 

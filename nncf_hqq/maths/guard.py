@@ -10,11 +10,10 @@ least error ||(W - W_hat)[o] X||^2 gives the least output error the candidates a
 from collections.abc import Sequence
 
 from nncf.quantization.algorithms.weight_compression.parameters import CompressedWeight
+from nncf.quantization.algorithms.weight_compression.weight_lowering import do_integer_dequantization
 from nncf.tensor import Tensor
 from nncf.tensor import TensorDataType
 from nncf.tensor import functions as fns
-
-from nncf_hqq.maths.data_free_steps import decompress
 
 
 def row_output_errors(weight: Tensor, reconstruction: Tensor, activations: Tensor, axis: int) -> Tensor:
@@ -49,9 +48,8 @@ def choose_per_row(
     (grouped: groups along the axis, else per channel). A result taken from one candidate is that candidate; a mix of
     float and integer zero points has float32 ones.
     """
-    errors = [
-        row_output_errors(weight, decompress(c).reshape(tuple(weight.shape)), activations, axis) for c in candidates
-    ]
+    reconstructions = (do_integer_dequantization(c).reshape(tuple(weight.shape)) for c in candidates)
+    errors = [row_output_errors(weight, r, activations, axis) for r in reconstructions]
     best = fns.argmin(fns.stack(errors), axis=0)
     counts = [int(fns.count_nonzero(best == i).item()) for i in range(len(candidates))]
     if max(counts) == sum(counts):

@@ -3,7 +3,9 @@ HQQ with integer parameters only: an integer zero point (the scale refined under
 the only parameter, W ~ q * scale with signed codes), as pure functions over nncf.tensor.
 """
 
+from nncf.quantization.algorithms.weight_compression.config import WeightCompressionConfig
 from nncf.quantization.algorithms.weight_compression.parameters import CompressedWeight
+from nncf.quantization.algorithms.weight_compression.weight_lowering import do_integer_quantization
 from nncf.tensor import Tensor
 from nncf.tensor import TensorDataType
 from nncf.tensor import functions as fns
@@ -102,23 +104,6 @@ def refine_with_integer_zero(
 def signed_levels(num_bits: int) -> tuple[float, float]:
     half = float(2 ** (num_bits - 1))
     return -half, half - 1.0
-
-
-def symmetric_init_for_range(w_min: Tensor, w_max: Tensor, num_bits: int) -> Tensor:
-    """
-    NNCF's signed scale from every group's minimum and maximum: the end of larger magnitude maps to code -2^(b-1),
-    so the scale is negative when the maximum outweighs the minimum's magnitude.
-    """
-    low, _ = signed_levels(num_bits)
-    w_abs_min = fns.abs(w_min)
-    scale = fns.where(w_abs_min >= w_max, w_abs_min, -w_max) / -low
-    eps = float(fns.finfo(scale).eps)
-    return fns.where(fns.abs(scale) < eps, eps, scale)
-
-
-def symmetric_init(weight: Tensor, axis: int, num_bits: int) -> Tensor:
-    w_min = fns.min(weight, axis=axis, keepdims=True)
-    return symmetric_init_for_range(w_min, fns.max(weight, axis=axis, keepdims=True), num_bits)
 
 
 def symmetric_codes(weight: Tensor, scale: Tensor, num_bits: int) -> Tensor:
@@ -222,8 +207,18 @@ def refine_symmetric_scale(
     return best
 
 
-def to_symmetric_compressed_weight(grouped_weight: Tensor, scale: Tensor, num_bits: int) -> CompressedWeight:
-    """Signed int8 codes encoded against the signed scale as written (f16), without zero point."""
+def quantize_symmetric_as_stored(
+    grouped_weight: Tensor, config: WeightCompressionConfig, scale: Tensor
+) -> CompressedWeight:
+    """
+    NNCF's ``do_integer_quantization`` of the grouped weight against the signed scale as a model stores it (its
+    magnitude in float16), so that the signed codes are the nearest ones for the scale it computes with.
+
+    :param grouped_weight: The weight, grouped along its reduction axis as NNCF groups it.
+    :param config: The compression config (a symmetric mode).
+    :param scale: The signed scale of every group.
+    :return: The int8 codes and the stored scale, without zero point.
+    """
     scale = signed_magnitude(scale, round_to_f16(fns.abs(scale), F16_TINY, F16_MAX))
-    codes = symmetric_codes(grouped_weight.astype(TensorDataType.float32), scale, num_bits)
-    return CompressedWeight(codes.astype(TensorDataType.int8), scale, None)
+    codes = do_integer_quantization(grouped_weight, config, None, scale).tensor
+    return CompressedWeight(codes.clone(), scale, None)  # a copy, as ``quantize_as_stored`` makes

@@ -2,13 +2,13 @@
 HQQ's solver for asymmetric groups as pure functions over nncf.tensor: the float zero point and the least-squares
 refinement of the scale and zero point.
 
-A group of weights W is quantized as Wq = clip(round(W * s + z), 0, 2^b - 1) and reconstructed as (Wq - z) / s with
-the inverse scale s and the float zero point z (HQQ's convention); NNCF's scale is 1 / s and its zero point z. The
-solver works in HQQ's convention; the codes a model stores are NNCF's encoding of the weight with the scale and zero
-point of ``stored_scale_zero_point``. Reference: H. Badri, A. Shaji, "Half-Quadratic Quantization of Large Machine
-Learning Models", 2023.
+A group of weights W is quantized as Wq = clip(round(W * s + z), 0, 2^b - 1) and reconstructed as (Wq - z) / s with the
+inverse scale s and the float zero point z (HQQ's convention, the solver's); NNCF's scale is 1 / s and its zero point z.
+A model stores NNCF's codes of the weight for the scale and zero point of ``stored_scale_zero_point``. Reference: H.
+Badri, A. Shaji, "Half-Quadratic Quantization of Large Machine Learning Models", 2023.
 """
 
+import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -26,7 +26,8 @@ F16_MAX = 65504.0
 F16_TINY = 2.0**-24
 # Elements of a block of groups (1 MiB in float32): its arrays stay in a core's cache, Python's cost per block is low.
 BLOCK_ELEMENTS = 2**18
-BLOCK_THREADS = 2  # threads computing blocks at once (numpy's kernels release the GIL)
+# Threads running blocks (numpy frees the GIL): the cores we may use, at most 8, which saturate the memory bandwidth.
+BLOCK_THREADS = min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
 def min_max_init_for_range(w_min: Tensor, w_max: Tensor, num_bits: int) -> tuple[Tensor, Tensor]:
@@ -72,7 +73,7 @@ def dequantize(codes: Tensor, inverse_scale: Tensor, zero: Tensor) -> Tensor:
 
 def map_row_blocks(function: Callable[..., tuple[Tensor, ...]], *rows: Tensor) -> list[Tensor]:
     """
-    The function on every block of BLOCK_ELEMENTS of consecutive rows, run by BLOCK_THREADS threads.
+    The function on every block of BLOCK_ELEMENTS of consecutive rows, on min(BLOCK_THREADS, blocks) threads.
 
     :param function: The function of a block of each of the rows [groups, group size], returning a row per group.
     :param rows: Tensors with a group per row.
@@ -237,9 +238,8 @@ def refine_least_squares(
 
     weight = weight.astype(TensorDataType.float32)
     rows = (fns.reshape(fns.moveaxis(x, axis, -1), (-1, x.shape[axis])) for x in (weight, inverse_scale, zero))
-    refined = map_row_blocks(refine, *rows)
     shape = fns.moveaxis(zero, axis, -1).shape
-    return tuple(fns.moveaxis(fns.reshape(x, shape), -1, axis) for x in refined)
+    return tuple(fns.moveaxis(fns.reshape(x, shape), -1, axis) for x in map_row_blocks(refine, *rows))
 
 
 def stored_scale_zero_point(scale: Tensor, zero_point: Tensor) -> tuple[Tensor, Tensor]:

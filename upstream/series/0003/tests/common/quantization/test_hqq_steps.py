@@ -5,6 +5,8 @@ from nncf import CompressWeightsMode
 from nncf.quantization.algorithms.weight_compression import hqq_steps as steps
 from nncf.quantization.algorithms.weight_compression.config import WeightCompressionConfig
 from nncf.quantization.algorithms.weight_compression.hqq import HQQ
+from nncf.quantization.algorithms.weight_compression.weight_lowering import calculate_integer_quantization_params
+from nncf.quantization.algorithms.weight_compression.weight_lowering import reshape_weight_for_grouped_quantization
 from nncf.tensor import Tensor
 
 
@@ -24,9 +26,23 @@ def test_unit_gain_factor(gain, expected):
 def test_error_is_not_above_rtn_in_any_group(seed):
     weight = Tensor(random_weight(seed))
     config = WeightCompressionConfig(CompressWeightsMode.INT4_ASYM, group_size=32)
-    grouped, axis = steps.split_into_groups(weight, 1, 32)
-    rtn = steps.to_compressed_weight(grouped, *steps.rtn_scale_zero_point(grouped, axis, 4), 4, True)
+    grouped, axis = reshape_weight_for_grouped_quantization(weight, 1, 32)
+    rtn = steps.quantize_as_stored(grouped, config, *calculate_integer_quantization_params(grouped, axis, config), True)
     hqq = HQQ(CompressWeightsMode.INT4_ASYM, unit_gain=False).compress(weight, 1, config)
     hqq_error, rtn_error = (steps.stored_group_error(grouped, c, axis, None).data for c in (hqq, rtn))
     assert np.all(hqq_error <= rtn_error)
     assert hqq_error.mean() < 0.9 * rtn_error.mean()
+
+
+def test_codes_outlive_the_next_quantization_of_that_shape(monkeypatch):
+    """NNCF's compiled quantization (10000 elements and more) returns its output buffer, reused by its next call."""
+    monkeypatch.delenv("NNCF_DISABLE_OPTIMIZED_COMPRESSION", raising=False)
+    config = WeightCompressionConfig(CompressWeightsMode.INT4_ASYM, group_size=32)
+    results = []
+    for seed in (0, 1):
+        grouped, axis = reshape_weight_for_grouped_quantization(Tensor(random_weight(seed, (128, 128))), 1, 32)
+        scale, zero_point = calculate_integer_quantization_params(grouped, axis, config)
+        results.append((steps.quantize_as_stored(grouped, config, scale, zero_point, True), grouped))
+    first, grouped = results[0]
+    expected = np.clip(np.round(grouped.data / first.scale.data + first.zero_point.data.astype(np.float32)), 0, 15)
+    np.testing.assert_array_equal(first.tensor.data, expected)

@@ -14,14 +14,13 @@ from nncf.quantization.algorithms.weight_compression.hqq_solver import refine_le
 from nncf.quantization.algorithms.weight_compression.hqq_solver import solve_zero_point
 from nncf.quantization.algorithms.weight_compression.hqq_solver import stored_scale_zero_point
 from nncf.quantization.algorithms.weight_compression.hqq_steps import choose_per_group
+from nncf.quantization.algorithms.weight_compression.hqq_steps import quantize_as_stored
 from nncf.quantization.algorithms.weight_compression.hqq_steps import refine_weighted_least_squares
-from nncf.quantization.algorithms.weight_compression.hqq_steps import rtn_scale_zero_point
-from nncf.quantization.algorithms.weight_compression.hqq_steps import split_into_groups
 from nncf.quantization.algorithms.weight_compression.hqq_steps import stored_group_error
-from nncf.quantization.algorithms.weight_compression.hqq_steps import to_compressed_weight
 from nncf.quantization.algorithms.weight_compression.hqq_steps import with_unit_gain
 from nncf.quantization.algorithms.weight_compression.parameters import CompressedWeight
 from nncf.quantization.algorithms.weight_compression.weight_lowering import ReductionAxes
+from nncf.quantization.algorithms.weight_compression.weight_lowering import calculate_integer_quantization_params
 from nncf.quantization.algorithms.weight_compression.weight_lowering import get_reduction_channel_size
 from nncf.quantization.algorithms.weight_compression.weight_lowering import reshape_weight_for_grouped_quantization
 from nncf.tensor import Tensor
@@ -174,30 +173,32 @@ class HQQ:
         Data-free HQQ of a float32 weight (round-to-nearest with keep_rtn), the error of each input channel weighted
         by the importance.
         """
-        grouped, axis = split_into_groups(weight, reduction_axis, config.group_size)
+        reduction_axis = reduction_axis % weight.ndim
+        grouped, axis = _grouped(weight, reduction_axis, config.group_size)
         weights = None
         if importance is not None:
             shape = [1] * weight.ndim
             shape[reduction_axis] = importance.size
-            weights, _ = split_into_groups(importance.reshape(tuple(shape)), reduction_axis, config.group_size)
-        result = self._compress_asymmetric(grouped, axis, config.num_bits, weights, keep_rtn)
+            weights, _ = _grouped(importance.reshape(tuple(shape)), reduction_axis, config.group_size)
+        result = self._compress_asymmetric(grouped, axis, config, weights, keep_rtn)
         if not self._unit_gain or keep_rtn:
             return result
         return with_unit_gain(grouped, result, axis)
 
     def _compress_asymmetric(
-        self, grouped: Tensor, axis: int, num_bits: int, weights: Tensor | None, keep_rtn: bool
+        self, grouped: Tensor, axis: int, config: WeightCompressionConfig, weights: Tensor | None, keep_rtn: bool
     ) -> CompressedWeight:
-        rtn = to_compressed_weight(grouped, *rtn_scale_zero_point(grouped, axis, num_bits), num_bits, True)
+        rtn = quantize_as_stored(grouped, config, *calculate_integer_quantization_params(grouped, axis, config), True)
         if keep_rtn:
             return rtn
+        num_bits = config.num_bits
         inverse_scale, zero = solve_zero_point(grouped, axis, num_bits, self._num_iterations)
         steps = self._refinement_steps
         if steps:
             inverse_scale, zero = refine_weighted_least_squares(
                 grouped, inverse_scale, zero, axis, num_bits, steps, weights, True
             )
-        result = to_compressed_weight(grouped, 1.0 / inverse_scale, zero, num_bits, False)
+        result = quantize_as_stored(grouped, config, 1.0 / inverse_scale, zero, False)
         errors = (stored_group_error(grouped, compressed, axis, weights) for compressed in (result, rtn))
         return choose_per_group(next(errors) <= next(errors), result, rtn)
 
@@ -240,6 +241,13 @@ class HQQ:
                     seen.add(consumer.node_key)
                     frontier.append(consumer)
         return False
+
+
+def _grouped(tensor: Tensor, reduction_axis: int, group_size: int) -> tuple[Tensor, int]:
+    """NNCF's grouping of the tensor along the axis, or the tensor as it is per channel (group_size -1)."""
+    if group_size == -1:
+        return tensor, reduction_axis
+    return reshape_weight_for_grouped_quantization(tensor, reduction_axis, group_size)
 
 
 def _as_float32_numpy(tensor: Tensor) -> Tensor:

@@ -21,15 +21,14 @@ from nncf.quantization.algorithms.weight_compression.hqq_solver import refine_le
 from nncf.quantization.algorithms.weight_compression.hqq_solver import solve_zero_point
 from nncf.quantization.algorithms.weight_compression.hqq_solver import stored_scale_zero_point
 from nncf.quantization.algorithms.weight_compression.hqq_steps import choose_per_group
+from nncf.quantization.algorithms.weight_compression.hqq_steps import quantize_as_stored
 from nncf.quantization.algorithms.weight_compression.hqq_steps import refine_weighted_least_squares
-from nncf.quantization.algorithms.weight_compression.hqq_steps import rtn_scale_zero_point
-from nncf.quantization.algorithms.weight_compression.hqq_steps import split_into_groups
 from nncf.quantization.algorithms.weight_compression.hqq_steps import stored_group_error
-from nncf.quantization.algorithms.weight_compression.hqq_steps import to_compressed_weight
 from nncf.quantization.algorithms.weight_compression.hqq_steps import with_unit_gain
 from nncf.quantization.algorithms.weight_compression.parameters import CompressedWeight
 from nncf.quantization.algorithms.weight_compression.scale_estimation import ScaleEstimation
 from nncf.quantization.algorithms.weight_compression.weight_lowering import ReductionAxes
+from nncf.quantization.algorithms.weight_compression.weight_lowering import calculate_integer_quantization_params
 from nncf.quantization.algorithms.weight_compression.weight_lowering import get_reduction_channel_size
 from nncf.quantization.algorithms.weight_compression.weight_lowering import reshape_weight_for_grouped_quantization
 from nncf.tensor import Tensor
@@ -219,30 +218,32 @@ class HQQ:
         Data-free HQQ of a float32 weight (round-to-nearest with keep_rtn), the error of each input channel weighted
         by the importance.
         """
-        grouped, axis = split_into_groups(weight, reduction_axis, config.group_size)
+        reduction_axis = reduction_axis % weight.ndim
+        grouped, axis = _grouped(weight, reduction_axis, config.group_size)
         weights = None
         if importance is not None:
             shape = [1] * weight.ndim
             shape[reduction_axis] = importance.size
-            weights, _ = split_into_groups(importance.reshape(tuple(shape)), reduction_axis, config.group_size)
-        result = self._compress_asymmetric(grouped, axis, config.num_bits, weights, keep_rtn)
+            weights, _ = _grouped(importance.reshape(tuple(shape)), reduction_axis, config.group_size)
+        result = self._compress_asymmetric(grouped, axis, config, weights, keep_rtn)
         if not self._unit_gain or keep_rtn:
             return result
         return with_unit_gain(grouped, result, axis)
 
     def _compress_asymmetric(
-        self, grouped: Tensor, axis: int, num_bits: int, weights: Tensor | None, keep_rtn: bool
+        self, grouped: Tensor, axis: int, config: WeightCompressionConfig, weights: Tensor | None, keep_rtn: bool
     ) -> CompressedWeight:
-        rtn = to_compressed_weight(grouped, *rtn_scale_zero_point(grouped, axis, num_bits), num_bits, True)
+        rtn = quantize_as_stored(grouped, config, *calculate_integer_quantization_params(grouped, axis, config), True)
         if keep_rtn:
             return rtn
+        num_bits = config.num_bits
         inverse_scale, zero = solve_zero_point(grouped, axis, num_bits, self._num_iterations)
         steps = self._refinement_steps
         if steps:
             inverse_scale, zero = refine_weighted_least_squares(
                 grouped, inverse_scale, zero, axis, num_bits, steps, weights, True
             )
-        result = to_compressed_weight(grouped, 1.0 / inverse_scale, zero, num_bits, False)
+        result = quantize_as_stored(grouped, config, 1.0 / inverse_scale, zero, False)
         errors = (stored_group_error(grouped, compressed, axis, weights) for compressed in (result, rtn))
         return choose_per_group(next(errors) <= next(errors), result, rtn)
 
@@ -260,7 +261,8 @@ class HQQ:
         """
         integer_zero_point = compressed.zero_point.dtype == TensorDataType.int32
         group_size = config.group_size if config.group_size != -1 else weight.shape[reduction_axis]
-        canonical, _ = split_into_groups(fns.moveaxis(weight, reduction_axis, -1), -1, group_size)
+        moved = fns.moveaxis(weight, reduction_axis, -1)
+        canonical, _ = reshape_weight_for_grouped_quantization(moved, moved.ndim - 1, group_size)
         to_canonical, from_canonical = _group_layout_moves(config.group_size, reduction_axis)
         inverse_scale = 1.0 / to_canonical(compressed.scale)
         zero = to_canonical(compressed.zero_point.astype(TensorDataType.float32))
@@ -270,10 +272,10 @@ class HQQ:
         inverse_scale = refine_scale_on_activations(
             canonical, inverse_scale, zero, inputs, config.num_bits, SCALE_ESTIMATION_STEPS, SCALE_ESTIMATION_FACTORS
         )
-        grouped, _ = split_into_groups(weight, reduction_axis, config.group_size)
+        grouped, _ = _grouped(weight, reduction_axis, config.group_size)
         # C-contiguous copies: OpenVINO constants are built from the raw buffer
         scale, zero_point = (fns.flatten(t).reshape(t.shape) for t in map(from_canonical, (1.0 / inverse_scale, zero)))
-        return to_compressed_weight(grouped, scale, zero_point, config.num_bits, integer_zero_point)
+        return quantize_as_stored(grouped, config, scale, zero_point, integer_zero_point)
 
     def _calibration_inputs(
         self, graph: NNCFGraph, wp: WeightCompressionParameters, statistics: WCTensorStatistic
@@ -300,13 +302,12 @@ class HQQ:
         Every output row from HQQ's candidate, NNCF's Scale Estimation (reference) or round-to-nearest, whichever
         has the least output error on the activations.
         """
-        grouped, axis = split_into_groups(weight, reduction_axis, config.group_size)
-        num_bits = config.num_bits
-        rtn = to_compressed_weight(grouped, *rtn_scale_zero_point(grouped, axis, num_bits), num_bits, True)
+        grouped, axis = _grouped(weight, reduction_axis, config.group_size)
+        rtn = quantize_as_stored(grouped, config, *calculate_integer_quantization_params(grouped, axis, config), True)
         candidates = [candidate, rtn]
         if reference is not None and reference.scale is not None:
             scale, zero_point = (_as_float32_numpy(t) for t in (reference.scale, reference.zero_point))
-            candidates.insert(1, to_compressed_weight(grouped, scale, zero_point, num_bits, True))
+            candidates.insert(1, quantize_as_stored(grouped, config, scale, zero_point, True))
         if activations.shape[-1] > activations.shape[-2]:
             activations = equivalent_inputs(activations)
         return choose_per_row(weight, candidates, activations, reduction_axis, config.group_size != -1)[0]
@@ -350,6 +351,13 @@ class HQQ:
                     seen.add(consumer.node_key)
                     frontier.append(consumer)
         return False
+
+
+def _grouped(tensor: Tensor, reduction_axis: int, group_size: int) -> tuple[Tensor, int]:
+    """NNCF's grouping of the tensor along the axis, or the tensor as it is per channel (group_size -1)."""
+    if group_size == -1:
+        return tensor, reduction_axis
+    return reshape_weight_for_grouped_quantization(tensor, reduction_axis, group_size)
 
 
 def _as_float32_numpy(tensor: Tensor) -> Tensor:
