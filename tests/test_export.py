@@ -120,29 +120,3 @@ def test_export_is_stateful_and_fp32(tiny_llm: tuple[Path, Any]) -> None:
     assert {"input_ids", "attention_mask", "position_ids", "beam_idx"} <= names
     assert model.get_sinks(), "expected a stateful model (KV cache in ReadValue/Assign)"
     assert not list(tiny_llm[0].glob("*_compressed.xml"))
-
-
-def test_the_export_drops_the_checkpoints_mapped_pages_as_it_runs(
-    bf16_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """PyTorch maps the safetensors file; the export drops the pages it has read from this process while it runs
-    (the release found the mapping at least once), and writes the same IR as without it."""
-    from nncf_hqq.openvino import pages
-
-    assert export.checkpoint_files(bf16_checkpoint) == [bf16_checkpoint / "model.safetensors"]
-    assert export.checkpoint_files("org/model-id") == []
-    released: list[int] = []
-    original = pages.release_file_mappings
-
-    def recording(*paths: Any) -> int:
-        assert [Path(p) for p in paths] == [bf16_checkpoint / "model.safetensors"]
-        released.append(original(*paths))
-        return released[-1]
-
-    monkeypatch.setattr(pages, "release_file_mappings", recording)
-    out = export.export_to_openvino(bf16_checkpoint, tmp_path / "ov")
-    assert released and max(released) > 0
-    kept = bf16_checkpoint.parent / f"ov_{export.CHECKPOINT_PRECISION}"
-    if not kept.exists():
-        export.export_to_openvino(bf16_checkpoint, kept)
-    assert _constants(ir_xml(out), (ov.Type.bf16,)) == _constants(ir_xml(kept), (ov.Type.bf16,))

@@ -97,39 +97,6 @@ def test_every_read_only_mapping_of_a_file_is_dropped_and_reads_back(tmp_path: P
     assert pages.release_file_mappings(tmp_path / "missing.bin") == 0
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="madvise and /proc/self/smaps are Linux's")
-def test_a_private_writable_mapping_is_paged_out_and_keeps_what_was_written(tmp_path: Path) -> None:
-    """PyTorch maps a safetensors checkpoint private and writable: its read pages are reclaimed, its written ones
-    keep the writes (``MADV_DONTNEED`` would put the file's bytes back)."""
-    stored = np.random.default_rng(2).standard_normal(1 << 20).astype(np.float32)
-    path = tmp_path / "model.safetensors"
-    stored.tofile(path)
-    private = np.memmap(path, dtype=np.float32, mode="c")  # MAP_PRIVATE, writable: "rw-p"
-    total = float(private.sum())
-    private[:1024] = 7.0  # one page written: copied on write, anonymous from now on
-    assert _file_mapping_rss_kib(path.resolve()) >= 1024  # read: resident (unless the system reclaimed some)
-    assert pages.release_file_mappings(path) >= stored.nbytes
-    assert _file_mapping_rss_kib(path.resolve()) <= 64  # the page written (and at most a few more) stay
-    np.testing.assert_array_equal(private[:1024], 7.0)
-    np.testing.assert_array_equal(private[1024:], stored[1024:])
-    assert float(private.sum()) != total
-
-
-@pytest.mark.parametrize(
-    ("permissions", "advice"),
-    [
-        ("r--p", pages.MADV_DONTNEED),
-        ("r--s", pages.MADV_DONTNEED),
-        ("r-xp", pages.MADV_DONTNEED),
-        ("rw-p", pages.MADV_PAGEOUT),
-        ("rw-s", None),
-        ("---p", None),
-    ],
-)
-def test_release_advice_never_drops_a_write(permissions: str, advice: int | None) -> None:
-    assert pages.release_advice(permissions) == advice
-
-
 @pytest.mark.parametrize("dtype", [ov.Type.f32, ov.Type.bf16], ids=["f32", "bf16"])
 def test_compression_of_a_model_on_disk_drops_its_pages_and_writes_the_same_model(
     tmp_path: Path, dtype: ov.Type, monkeypatch: pytest.MonkeyPatch

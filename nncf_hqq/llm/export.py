@@ -21,7 +21,6 @@ from nncf_hqq.llm.layout import DETOKENIZER_XML
 from nncf_hqq.llm.layout import HF_CONFIG
 from nncf_hqq.llm.layout import TOKENIZER_XML
 from nncf_hqq.llm.staging import build_dir_once
-from nncf_hqq.openvino.pages import releasing_file_pages
 
 LLM_TASK = "text-generation-with-past"
 #: ``export_to_openvino``'s dtype that keeps the checkpoint's own precision (optimum-intel's ``OVConfig`` dtype).
@@ -293,7 +292,7 @@ def export_to_openvino(
         from optimum.intel import OVConfig
 
         ov_config = OVConfig(dtype=dtype, quantization_config=None)
-        with warnings.catch_warnings(), releasing_file_pages(*checkpoint_files(hf_dir_or_id)):
+        with warnings.catch_warnings():
             warnings.filterwarnings("ignore", category=_tracer_warning())
             main_export(
                 str(hf_dir_or_id),
@@ -306,24 +305,6 @@ def export_to_openvino(
         _check_uncompressed(tmp, fp32=dtype == "fp32")
 
     return build_dir_once(out, build)
-
-
-#: The weights files of a Hugging Face checkpoint dir, which PyTorch maps into memory to load them.
-CHECKPOINT_WEIGHTS_PATTERNS = ("*.safetensors", "*.bin", "*.pt")
-
-
-def checkpoint_files(hf_dir_or_id: str | Path) -> list[Path]:
-    """The weights files of a local checkpoint dir (none for a hub id).
-
-    The export drops their pages from this process while it runs (``releasing_file_pages``): PyTorch maps the
-    safetensors files and a model loaded in the checkpoint's precision keeps its tensors in that mapping, so every
-    page the conversion reads would otherwise stay resident until the export ends, 1x the checkpoint on top of what
-    the export holds itself. A page read again is faulted in from the page cache.
-    """
-    root = Path(hf_dir_or_id)
-    if not root.is_dir():
-        return []
-    return sorted(path for pattern in CHECKPOINT_WEIGHTS_PATTERNS for path in root.glob(pattern))
 
 
 def _tracer_warning() -> type[Warning]:

@@ -28,10 +28,6 @@ from typing import Any
 import numpy as np
 
 MADV_DONTNEED = 4
-#: Linux's ``MADV_PAGEOUT`` (5.4+): reclaim the pages, keeping what was written (a written page of a private mapping
-#: is anonymous memory and, without swap, stays). For mappings a process may write, where ``MADV_DONTNEED`` would
-#: throw the writes away.
-MADV_PAGEOUT = 21
 #: Arrays smaller than this are not worth a system call.
 MIN_BYTES = 1 << 20
 
@@ -123,15 +119,11 @@ def release_model_pages(model: Any) -> int:
 
 
 def release_file_mappings(*paths: str | os.PathLike[str]) -> int:
-    """Drops the resident pages of every mapping of the files ``paths`` in this process (e.g. an IR's ``.bin``,
-    which every model read from it maps), whoever holds them: a model compressed by code that does not release its
-    weights' pages as it goes (NNCF's own writer) keeps the pages it read resident until it is freed.
-
-    A read-only mapping's pages are dropped (``MADV_DONTNEED``; a later read faults the same bytes in again, as with
-    ``release_file_pages``). A private writable mapping (PyTorch maps a safetensors checkpoint so) is paged out
-    instead (``MADV_PAGEOUT``): the pages read from the file are reclaimed, and a page the process wrote keeps its
-    bytes. Shared writable mappings are left alone. Returns the size of the mappings released, in bytes.
-    """
+    """Drops the resident pages of every read-only mapping of the files ``paths`` in this process (e.g. an IR's
+    ``.bin``, which every model read from it maps), whoever holds them: a model compressed by code that does not
+    release its weights' pages as it goes (NNCF's own writer) keeps the pages it read resident until it is freed.
+    As with ``release_file_pages``, a later read faults the same bytes in again. Returns the size of the
+    mappings dropped, in bytes."""
     madvise = _madvise()
     targets = {os.path.realpath(path) for path in paths}
     targets = {target for target in targets if os.path.isfile(target)}
@@ -142,26 +134,11 @@ def release_file_mappings(*paths: str | os.PathLike[str]) -> int:
     released = 0
     for line in lines:
         fields = line.split(maxsplit=5)
-        if len(fields) != 6 or fields[5].strip() not in targets:
-            continue
-        advice = release_advice(fields[1])
-        if advice is None:
-            continue
-        low, high = (int(x, 16) for x in fields[0].split("-"))
-        if madvise(ctypes.c_void_p(low), ctypes.c_size_t(high - low), advice) == 0:
-            released += high - low
+        if len(fields) == 6 and fields[5].strip() in targets and fields[1][:2] == "r-":
+            low, high = (int(x, 16) for x in fields[0].split("-"))
+            if madvise(ctypes.c_void_p(low), ctypes.c_size_t(high - low), MADV_DONTNEED) == 0:
+                released += high - low
     return released
-
-
-def release_advice(permissions: str) -> int | None:
-    """The ``madvise`` advice that releases a file mapping with ``permissions`` (``/proc/self/maps``'s ``r--p``,
-    ``rw-p``, ...) without changing what it reads: ``MADV_DONTNEED`` where it is read-only, ``MADV_PAGEOUT`` where it
-    is private and writable, None otherwise (not readable, or shared and writable: its writes go to the file)."""
-    if permissions[0] != "r":
-        return None
-    if permissions[1] == "-":
-        return MADV_DONTNEED
-    return MADV_PAGEOUT if permissions[3] == "p" else None
 
 
 #: Seconds between two drops of ``releasing_file_pages``.
