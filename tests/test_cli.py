@@ -8,6 +8,7 @@ tests/conftest.py (the ``llm`` extra) and skip without it.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -139,6 +140,26 @@ def test_command_line_process_reports_errors_without_traceback(tmp_path: Path) -
     )
     assert proc.returncode == 2
     assert "does not exist" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "error",
+    [RuntimeError("basic_ios::clear: iostream error"), OSError(errno.ENOSPC, "No space left on device")],
+    ids=["openvino-writer", "no-space-left"],
+)
+def test_a_failed_write_says_to_check_the_disk(
+    error: Exception, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """OpenVINO's writer says only "basic_ios::clear: iostream error" when the disk is full."""
+
+    def failing(*args: Any, **kwargs: Any) -> None:
+        raise error
+
+    monkeypatch.setattr(cli.CompressJob, "run", failing)
+    code, _, err = run_cli(["compress", "model", tmp_path / "out"], capsys)
+    [line] = [line for line in err.splitlines() if "error:" in line]
+    assert code == 1 and str(error.args[-1]) in line
+    assert "check the free disk space" in line and "TMPDIR" in line and "Traceback" not in err
 
 
 def test_a_group_size_the_model_cannot_take_is_one_line_naming_the_fix(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import inspect
 import logging
 import signal
@@ -367,11 +368,23 @@ def _results_on_stdout_logs_on_stderr() -> Iterator[None]:
         _Output.stream = None
 
 
+#: What OpenVINO's writer says when a file cannot be written (C++ ``std::ios`` failure), e.g. on a full disk.
+IOSTREAM_FAILURE = "iostream error"
+#: Said after a failed write: what usually causes it and where ``compress`` writes its large files.
+WRITE_FAILURE_HINT = (
+    "a file could not be written: check the free disk space; compress writes the exported IR of a HF model to the "
+    "temporary dir (TMPDIR; as large as the checkpoint) and, self-calibrated, the INT8 stand-in and the recorded "
+    "logits beside OUT (docs/memory.md: about 34 GB in all for a bf16 7B model with the stand-in)"
+)
+
+
 def _describe(err: BaseException) -> str:
     """A one-line description: the message, prefixed by the exception type when that says something."""
     if isinstance(err, JobError):
         return err.for_command_line()
     message = str(err).strip() or repr(err)
+    if IOSTREAM_FAILURE in message or (isinstance(err, OSError) and err.errno == errno.ENOSPC):
+        return f"{message} ({WRITE_FAILURE_HINT})"
     if isinstance(err, ImportError):
         return f"{message}: install the llm extra (pip install -e '.[llm]')"
     if isinstance(err, (FileNotFoundError, ValueError, RuntimeError)) or type(err).__module__.startswith("nncf"):
