@@ -194,7 +194,8 @@ def test_without_a_config_the_float_model_is_its_weights() -> None:
         pytest.param(15.5, True, True, "--int8-stand-in or --no-self-calibration", id="7b-on-16gb-stand-in-fits"),
         pytest.param(15.5, False, True, None, id="7b-data-free-on-16gb"),
         pytest.param(15.5, True, False, None, id="check-off"),
-        pytest.param(13, False, True, "export the model on a larger machine", id="export"),
+        pytest.param(13, False, True, None, id="7b-data-free-on-13gb-the-export-pages-drop"),
+        pytest.param(1.5, False, True, "export the model on a larger machine", id="export"),
     ],
 )
 def test_refusal(
@@ -241,7 +242,8 @@ def seven_b_hf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         pytest.param({}, None, id="self-calibrated-chooses-the-stand-in"),
         pytest.param({"int8_stand_in": False}, "self_calibration=False (data-free) fits", id="float-model"),
         pytest.param({"int8_stand_in": False, "memory_budget": 64}, None, id="float-model-in-a-budget-that-fits"),
-        pytest.param({"memory_budget": 12}, "export the model on a larger machine", id="a-budget-too-small"),
+        pytest.param({"memory_budget": 12}, "output_check=False or", id="a-budget-for-the-stand-in-unchecked"),
+        pytest.param({"memory_budget": 1.5}, "export the model on a larger machine", id="a-budget-too-small"),
         pytest.param({"self_calibration": False}, None, id="data-free"),
         pytest.param({"memory_check": False}, None, id="check-off"),
         pytest.param({"dataset": "text"}, None, id="calibrated-on-a-dataset"),
@@ -414,3 +416,15 @@ def test_seven_b_with_the_int8_stand_in() -> None:
         assert float_model[phase] - by_phase[phase] == SEVEN_B.stored_bytes - SEVEN_B.parameters
     assert max(by_phase[p] for p in ("output check reference", "self-calibration text", "statistics")) < 10 * GIB
     assert by_phase["compression"] == float_model["compression"] < 10 * GIB  # the float model's weights, compressed
+
+
+def test_the_exports_checkpoint_pages_count_in_its_peak_not_in_what_it_needs() -> None:
+    """PyTorch maps the checkpoint: the export's resident peak is about the checkpoint, but all of it except the
+    weight being converted is file pages the system drops under pressure (measured: 1.0 GiB anonymous on a bf16
+    7B checkpoint), so a 16 GB machine is not refused the export of a 14 GiB checkpoint."""
+    [export] = [e for e in memory.compress_estimates(SEVEN_B, True, None, 0) if e.phase == "export"]
+    largest_as_stored = SEVEN_B.largest * SEVEN_B.stored_bytes // SEVEN_B.parameters
+    assert export.total == SEVEN_B.stored_bytes + memory.BASELINE_BYTES
+    assert export.needed == memory.BASELINE_BYTES + largest_as_stored < 2 * GIB
+    assert "file pages the system can drop" in export.describe()
+    assert memory.too_large([export], 2 * GIB) == [] and memory.too_large([export], GIB) == [export]
