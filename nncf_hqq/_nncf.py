@@ -63,6 +63,8 @@ from nncf.quantization.algorithms.weight_compression.openvino_backend import OVA
 from nncf.quantization.algorithms.weight_compression.openvino_backend import OVWeightCompressionAlgoBackend
 from nncf.quantization.algorithms.weight_compression.parameters import CompressedWeight
 from nncf.quantization.algorithms.weight_compression.scale_estimation import ScaleEstimation
+from nncf.quantization.algorithms.weight_compression.weight_lowering import reshape_weight_for_grouped_quantization
+from nncf.quantization.fake_quantize import calculate_scale_zero_point
 from nncf.tensor.functions.openvino_numeric import DTYPE_MAP as OV_DTYPE_MAP
 
 if TYPE_CHECKING:
@@ -149,6 +151,7 @@ __all__ = [
     "WeightCompressionParameters",
     "awq_backend_replaced",
     "awq_scales_observed",
+    "calculate_scale_zero_point",
     "check_user_compression_configuration",
     "check_versions",
     "compress_weight",
@@ -164,6 +167,7 @@ __all__ = [
     "pack_int4",
     "pack_uint4",
     "process_stats",
+    "reshape_weight_for_grouped_quantization",
     "split_const_name",
     "torch_weight_compression_replaced",
     "track",

@@ -10,13 +10,13 @@ INT2_ASYM, for which NNCF has no mode, and its compiled kernels reduce the minim
 functions here take a bit width (and a range); grouping and the asymmetric range's parameters are NNCF's.
 """
 
-from nncf.quantization.algorithms.weight_compression.parameters import CompressedWeight
-from nncf.quantization.algorithms.weight_compression.weight_lowering import reshape_weight_for_grouped_quantization
-from nncf.quantization.fake_quantize import calculate_scale_zero_point
 from nncf.tensor import Tensor
 from nncf.tensor import TensorDataType
 from nncf.tensor import functions as fns
 
+from nncf_hqq._nncf import CompressedWeight
+from nncf_hqq._nncf import calculate_scale_zero_point
+from nncf_hqq._nncf import reshape_weight_for_grouped_quantization
 from nncf_hqq.maths.data_free_steps import levels_max
 from nncf_hqq.maths.data_free_steps import round_to_f16
 from nncf_hqq.maths.data_free_steps import signed_magnitude
