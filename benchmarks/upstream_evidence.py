@@ -547,6 +547,11 @@ def main(argv: list[str] | None = None) -> None:
         help="SOURCE:SETTING+SETTING,...: accuracy rows of rtn or a tree with further compress_weights settings "
         "(mode=INT4_SYM, awq=True, scale_estimation=True, dataset=self, hqq.FIELD=VALUE)",
     )
+    parser.add_argument(
+        "--no-tree-rows",
+        action="store_true",
+        help="accuracy: no row of a tree with its defaults, only the --ablations and --rows rows (and rtn)",
+    )
     parser.add_argument("--timed", default="", help="NAME,...: the trees timed against RTN (default: all)")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"any of {','.join(PARTS)}")
     parser.add_argument("--repeats", type=int, default=3)
@@ -582,7 +587,8 @@ def main(argv: list[str] | None = None) -> None:
         extra = parse_rows(args.rows, trees)
     except ValueError as error:
         parser.error(str(error))
-    rows = {"rtn": Row(None), **{name: Row(tree) for name, tree in trees.items()}, **ablations, **extra}
+    plain = {} if args.no_tree_rows else {name: Row(tree) for name, tree in trees.items()}
+    rows = {"rtn": Row(None), **plain, **ablations, **extra}
     record: dict[str, Any] = {
         "command": " ".join(["python benchmarks/upstream_evidence.py", *argv]),
         "trees": {name: tree_identity(tree) for name, tree in trees.items()},
