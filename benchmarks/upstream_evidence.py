@@ -7,10 +7,16 @@
     python benchmarks/upstream_evidence.py --report results/upstream_evidence.json      # its tables as Markdown
 
 Rows: ``rtn`` (the installed nncf 3.4.0, ``hqq`` off: NNCF's round to nearest) and one row per tree (``DIR/src``
-first on ``PYTHONPATH``, ``hqq=True``). Every compression runs in a child process of its own that reads the float IR,
-calls ``nncf.compress_weights`` (INT4_ASYM, the model's group size, ratio 1, backup mode NONE; shared/PROTOCOL.md),
-saves the result and prints the seconds ``compress_weights`` took; in the child any import of ``nncf_hqq`` fails and
-the ``nncf`` it imported must come from the row's tree (checked). Nothing is compressed by ``nncf_hqq``.
+first on ``PYTHONPATH``, ``hqq=True``); ``--ablations TREE:FIELD=VALUE`` adds a tree's row with one
+``AdvancedHQQParameters`` field changed, and ``--rows SOURCE:SETTING+SETTING,...`` (SOURCE ``rtn`` or a tree) a row
+with further ``compress_weights`` settings: ``mode=INT4_SYM`` (a ``CompressWeightsMode`` name), ``awq=True``,
+``scale_estimation=True``, ``hqq.FIELD=VALUE`` (an ``AdvancedHQQParameters`` field; trees only) and ``dataset=self``:
+calibration on the 32 x 128 tokens the float model generates from its BOS token (``SELF_CALIBRATION_DEFAULT``,
+made in the parent by ``nncf_hqq.self_calibration``: only the text; the child compresses with the tree's NNCF).
+Every compression runs in a child process of its own that reads the float IR, calls ``nncf.compress_weights``
+(INT4_ASYM unless the row sets ``mode``, the model's group size, ratio 1, backup mode NONE; shared/PROTOCOL.md),
+saves the result and prints the seconds ``compress_weights`` took; in the child any import of ``nncf_hqq`` fails
+and the ``nncf`` it imported must come from the row's tree (checked). Nothing is compressed by ``nncf_hqq``.
 
 Parts (``--parts``):
 
@@ -58,6 +64,10 @@ TIMING_MODELS = {
 }
 TIMING_GROUP_SIZE = 128
 MEMORY_LOCK = "/tmp/nncf-hqq-bigmem.lock"
+#: The ``--rows`` setting of a row calibrated on the float model's own text.
+SELF_CALIBRATED = "dataset=self"
+#: ``compress_weights`` keywords the protocol fixes for every row (or the script sets), not ``--rows`` settings.
+RESERVED_OPTIONS = ("group_size", "ratio", "backup_mode", "hqq", "all_layers", "subset_size", "advanced_parameters")
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -73,10 +83,11 @@ class _ForbidNNCFHQQ(importlib.abc.MetaPathFinder):
 
 
 def compress_worker(argv: list[str]) -> None:
-    """``IR OUT GROUP_SIZE [--hqq] [--all-layers] [--tree DIR] [--hqq-param FIELD=VALUE]...``: prints the seconds of
-    ``compress_weights``."""
+    """``IR OUT GROUP_SIZE [--hqq] [--all-layers] [--tree DIR] [--hqq-param FIELD=VALUE]... [--option KEY=VALUE]...
+    [--dataset TOKENS.npy]``: prints the seconds of ``compress_weights``."""
     sys.meta_path.insert(0, _ForbidNNCFHQQ())
     import nncf
+    import numpy as np
     import openvino as ov
 
     ir, out, group_size = Path(argv[0]), Path(argv[1]), int(argv[2])
@@ -88,6 +99,13 @@ def compress_worker(argv: list[str]) -> None:
     options: dict[str, Any] = {"hqq": True} if "--hqq" in argv else {}
     if "--all-layers" in argv:
         options["all_layers"] = True
+    options.update(parse_param(argv[i + 1], strings=True) for i, arg in enumerate(argv) if arg == "--option")
+    mode = nncf.CompressWeightsMode[options.pop("mode", "INT4_ASYM")]
+    if "--dataset" in argv:
+        tokens = np.load(argv[argv.index("--dataset") + 1])
+        names = {name for port in model.inputs for name in port.get_names()}
+        options["dataset"] = nncf.Dataset(prefill_inputs(tokens, names))
+        options["subset_size"] = len(tokens)
     hqq_params = dict(parse_param(argv[i + 1]) for i, arg in enumerate(argv) if arg == "--hqq-param")
     if hqq_params:
         from nncf.quantization.advanced_parameters import AdvancedCompressionParameters
@@ -97,7 +115,7 @@ def compress_worker(argv: list[str]) -> None:
     start = time.perf_counter()
     model = nncf.compress_weights(
         model,
-        mode=nncf.CompressWeightsMode.INT4_ASYM,
+        mode=mode,
         group_size=group_size,
         ratio=1.0,
         backup_mode=nncf.BackupMode.NONE,
@@ -112,13 +130,37 @@ def compress_worker(argv: list[str]) -> None:
 # --------------------------------------------------------------------------------------------------------------------
 # The parent
 # --------------------------------------------------------------------------------------------------------------------
-def parse_param(text: str) -> tuple[str, Any]:
-    """``FIELD=VALUE`` of ``AdvancedHQQParameters`` -> (field, value); the value is a Python literal."""
+def parse_param(text: str, strings: bool = False) -> tuple[str, Any]:
+    """``FIELD=VALUE`` -> (field, value); the value is a Python literal (``strings``: or else the bare text, as in
+    ``mode=INT4_SYM``)."""
     name, sep, value = text.partition("=")
     if not sep or not name:
         msg = f"{text!r} is not FIELD=VALUE"
         raise ValueError(msg)
-    return name, ast.literal_eval(value)
+    try:
+        return name, ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        if strings and value.isidentifier():
+            return name, value
+        raise
+
+
+def prefill_inputs(tokens: Any, names: set[str]) -> list[dict[str, Any]]:
+    """One stateful-LLM prefill sample (batch 1, empty state) per row of ``tokens`` ``[samples, length]``, with the
+    inputs in ``names`` (as optimum-intel's models take them)."""
+    import numpy as np
+
+    samples = []
+    for row in tokens:
+        length = len(row)
+        inputs = {
+            "input_ids": np.asarray(row, dtype=np.int64).reshape(1, length),
+            "attention_mask": np.ones((1, length), dtype=np.int64),
+            "position_ids": np.arange(length, dtype=np.int64).reshape(1, length),
+            "beam_idx": np.zeros(1, dtype=np.int32),
+        }
+        samples.append({name: value for name, value in inputs.items() if name in names})
+    return samples
 
 
 @dataclass(frozen=True)
@@ -128,6 +170,12 @@ class Row:
 
     tree: Path | None
     hqq_params: tuple[str, ...] = ()
+    #: Further ``compress_weights`` settings, ``KEY=VALUE`` (``dataset=self``: self-calibration; see ``--rows``).
+    options: tuple[str, ...] = ()
+
+    @property
+    def calibrated(self) -> bool:
+        return SELF_CALIBRATED in self.options
 
 
 def parse_ablations(text: str, trees: dict[str, Path]) -> dict[str, Row]:
@@ -142,6 +190,42 @@ def parse_ablations(text: str, trees: dict[str, Path]) -> dict[str, Row]:
             raise ValueError(msg)
         parse_param(param)
         rows[f"{name} {param}"] = Row(trees[name], (param,))
+    return rows
+
+
+def parse_rows(text: str, trees: dict[str, Path]) -> dict[str, Row]:
+    """``SOURCE:SETTING+SETTING,...`` -> {"SOURCE SETTING+SETTING": Row}: SOURCE ``rtn`` (the installed nncf, ``hqq``
+    off) or a tree; SETTING ``hqq.FIELD=VALUE`` (an ``AdvancedHQQParameters`` field, trees only), ``dataset=self`` or a
+    ``compress_weights`` keyword ``KEY=VALUE`` (``mode``: a ``CompressWeightsMode`` name)."""
+    rows: dict[str, Row] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        source, sep, settings = item.partition(":")
+        if not sep or not settings or (source != "rtn" and source not in trees):
+            msg = f"--rows: {item!r} is not SOURCE:SETTING+... with SOURCE rtn or a tree in --trees"
+            raise ValueError(msg)
+        hqq_params, options = [], []
+        for setting in settings.split("+"):
+            key, value = parse_param(setting, strings=True)
+            if key.startswith("hqq."):
+                if source == "rtn":
+                    msg = f"--rows: {item!r}: the rtn row has no HQQ parameters"
+                    raise ValueError(msg)
+                hqq_params.append(setting.removeprefix("hqq."))
+            elif key == "dataset" and value != "self":
+                msg = f"--rows: {item!r}: the only dataset is 'self' (the float model's own text)"
+                raise ValueError(msg)
+            elif key in RESERVED_OPTIONS:
+                msg = f"--rows: {item!r}: {key} is fixed by the protocol"
+                raise ValueError(msg)
+            else:
+                options.append(setting)
+        name = f"{source} {settings}"
+        if name in rows:
+            msg = f"--rows: {item!r} given twice"
+            raise ValueError(msg)
+        rows[name] = Row(None if source == "rtn" else trees[source], tuple(hqq_params), tuple(options))
     return rows
 
 
@@ -165,23 +249,40 @@ def parse_trees(text: str) -> dict[str, Path]:
     return trees
 
 
-def child_command(ir: Path, out: Path | str, group_size: int, row: Row, all_layers: bool) -> list[str]:
-    """The child's command line: ``hqq=True`` exactly when a tree is given."""
+def child_command(
+    ir: Path, out: Path | str, group_size: int, row: Row, all_layers: bool, dataset: Path | None = None
+) -> list[str]:
+    """The child's command line: ``hqq=True`` exactly when a tree is given; ``dataset``: the calibration tokens of a
+    ``dataset=self`` row."""
     command = [sys.executable, str(Path(__file__).resolve()), WORKER, str(ir), str(out), str(group_size)]
     if row.tree is not None:
         command += ["--hqq", "--tree", str(row.tree.resolve())]
     for param in row.hqq_params:
         command += ["--hqq-param", param]
+    for option in row.options:
+        if option != SELF_CALIBRATED:
+            command += ["--option", option]
+    if row.calibrated:
+        if dataset is None:
+            msg = "a dataset=self row needs the calibration tokens"
+            raise ValueError(msg)
+        command += ["--dataset", str(dataset)]
     return command + ["--all-layers"] * all_layers
 
 
-def compress(ir: Path, out: Path | str, group_size: int, row: Row, all_layers: bool = False) -> float:
+def compress(
+    ir: Path, out: Path | str, group_size: int, row: Row, all_layers: bool = False, dataset: Path | None = None
+) -> float:
     """Runs one child (``tree/src`` alone on its ``PYTHONPATH``, or none for the installed nncf); its seconds."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     if row.tree is not None:
         env["PYTHONPATH"] = str((row.tree / "src").resolve())
     done = subprocess.run(
-        child_command(ir, out, group_size, row, all_layers), env=env, capture_output=True, text=True, check=False
+        child_command(ir, out, group_size, row, all_layers, dataset),
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if done.returncode != 0:
         sys.exit(f"compression failed ({row.tree or 'installed nncf'}, {ir.name}):\n{done.stderr[-3000:]}")
@@ -243,11 +344,14 @@ def llm_part(model: str, rows: dict[str, Row], tmp: Path, reused: dict[str, Any]
     seconds: dict[str, float] = {}
     if reused is not None:
         metrics["rtn"], seconds["rtn"] = reused["metrics"]["rtn"], reused["compress_seconds"]["rtn"]
+    dataset = (
+        self_calibration_tokens(ir_dir, tmp / f"{model}_self.npy") if any(r.calibrated for r in rows.values()) else None
+    )
     for name, row in rows.items():
         if name in metrics:
             continue
         out = tmp / f"{model}_{name}.xml"
-        seconds[name] = compress(ir_xml(ir_dir), out, group_size, row)
+        seconds[name] = compress(ir_xml(ir_dir), out, group_size, row, dataset=dataset)
         metrics[name] = evaluate_against(ov.Core().read_model(out), windows, reference)
         out.unlink()
         out.with_suffix(".bin").unlink()
@@ -256,6 +360,23 @@ def llm_part(model: str, rows: dict[str, Row], tmp: Path, reused: dict[str, Any]
     for name in rows:
         metrics[name]["ppl_gap_closed"] = gap_closed(rtn, metrics[name]["ppl"], fp)
     return {"group_size": group_size, "windows": count, "metrics": metrics, "compress_seconds": seconds}
+
+
+def self_calibration_tokens(ir_dir: Path, path: Path) -> Path:
+    """``SELF_CALIBRATION_DEFAULT``'s sequences the float model generates from its BOS token, saved to ``path`` (the
+    parent makes the text; every ``dataset=self`` row of the run compresses on the same tokens)."""
+    import numpy as np
+    import openvino as ov
+
+    from nncf_hqq.llm.layout import ir_xml
+    from nncf_hqq.llm.sanity import generation_bos_token_id
+    from nncf_hqq.self_calibration import SELF_CALIBRATION_DEFAULT
+    from nncf_hqq.self_calibration import generate_sequences
+
+    bos = generation_bos_token_id(ir_dir)
+    params = SELF_CALIBRATION_DEFAULT if bos is None else SELF_CALIBRATION_DEFAULT.replace(start_token_ids=(bos,))
+    np.save(path, generate_sequences(ov.Core().read_model(ir_xml(ir_dir)), params))
+    return path
 
 
 def encoder_part(model: str, rows: dict[str, Row], tmp: Path, reused: dict[str, Any] | None) -> dict[str, Any]:
@@ -273,6 +394,8 @@ def encoder_part(model: str, rows: dict[str, Row], tmp: Path, reused: dict[str, 
     from nncf_hqq.llm.zoo import mpnet_ov_dir
     from nncf_hqq.llm.zoo import shared_path
 
+    if calibrated := [name for name, row in rows.items() if row.calibrated]:
+        sys.exit(f"{model}: an encoder does not generate its own calibration text ({', '.join(calibrated)})")
     group_size, count = ACCURACY[model]
     ir_dir = {"minilm": minilm_ov_dir, "mpnet": mpnet_ov_dir}[model]()
     lines = wikitext_lines(shared_path(WIKITEXT), count * 10)
@@ -418,6 +541,17 @@ def main(argv: list[str] | None = None) -> None:
         default="",
         help="TREE:FIELD=VALUE,...: accuracy rows of a tree with one AdvancedHQQParameters field changed",
     )
+    parser.add_argument(
+        "--rows",
+        default="",
+        help="SOURCE:SETTING+SETTING,...: accuracy rows of rtn or a tree with further compress_weights settings "
+        "(mode=INT4_SYM, awq=True, scale_estimation=True, dataset=self, hqq.FIELD=VALUE)",
+    )
+    parser.add_argument(
+        "--no-tree-rows",
+        action="store_true",
+        help="accuracy: no row of a tree with its defaults, only the --ablations and --rows rows (and rtn)",
+    )
     parser.add_argument("--timed", default="", help="NAME,...: the trees timed against RTN (default: all)")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"any of {','.join(PARTS)}")
     parser.add_argument("--repeats", type=int, default=3)
@@ -450,9 +584,11 @@ def main(argv: list[str] | None = None) -> None:
     cpu = this_cpu()
     try:
         ablations = parse_ablations(args.ablations, trees)
+        extra = parse_rows(args.rows, trees)
     except ValueError as error:
         parser.error(str(error))
-    rows = {"rtn": Row(None), **{name: Row(tree) for name, tree in trees.items()}, **ablations}
+    plain = {} if args.no_tree_rows else {name: Row(tree) for name, tree in trees.items()}
+    rows = {"rtn": Row(None), **plain, **ablations, **extra}
     record: dict[str, Any] = {
         "command": " ".join(["python benchmarks/upstream_evidence.py", *argv]),
         "trees": {name: tree_identity(tree) for name, tree in trees.items()},
@@ -463,6 +599,10 @@ def main(argv: list[str] | None = None) -> None:
         "rtn_accuracy_from": str(args.reuse_rtn) if args.reuse_rtn else None,
         "parts": {},
     }
+    if extra:
+        record["rows"] = {
+            name: {"hqq_params": list(r.hqq_params), "options": list(r.options)} for name, r in extra.items()
+        }
     print(f"CPU: {cpu.describe()}; trees: {', '.join(f'{n}={t}' for n, t in trees.items())}", flush=True)
     with tempfile.TemporaryDirectory(prefix="upstream_evidence_") as tmp:
         for part in parts:

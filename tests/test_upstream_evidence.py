@@ -84,6 +84,74 @@ def test_parse_ablations_refuses(tmp_path: Path, text: str, message: str) -> Non
         evidence.parse_ablations(text, {"core": tmp_path})
 
 
+def test_rows_set_mode_hqq_parameters_and_self_calibration(tmp_path: Path) -> None:
+    rows = evidence.parse_rows(
+        "rtn:mode=INT4_SYM, t:hqq.integer_zero_point=True+mode=INT4_SYM,"
+        "rtn:awq=True+scale_estimation=True+dataset=self",
+        {"t": tmp_path},
+    )
+    assert list(rows) == [
+        "rtn mode=INT4_SYM",
+        "t hqq.integer_zero_point=True+mode=INT4_SYM",
+        "rtn awq=True+scale_estimation=True+dataset=self",
+    ]
+    assert rows["rtn mode=INT4_SYM"] == evidence.Row(None, (), ("mode=INT4_SYM",))
+    assert rows["t hqq.integer_zero_point=True+mode=INT4_SYM"] == evidence.Row(
+        tmp_path, ("integer_zero_point=True",), ("mode=INT4_SYM",)
+    )
+    child = evidence.child_command(Path("m.xml"), "-", 64, rows["t hqq.integer_zero_point=True+mode=INT4_SYM"], False)
+    assert child[child.index("--hqq-param") + 1] == "integer_zero_point=True"
+    assert child[child.index("--option") + 1] == "mode=INT4_SYM" and "--dataset" not in child
+    calibrated = rows["rtn awq=True+scale_estimation=True+dataset=self"]
+    assert calibrated.calibrated and not rows["rtn mode=INT4_SYM"].calibrated
+    child = evidence.child_command(Path("m.xml"), "-", 64, calibrated, False, dataset=Path("self.npy"))
+    assert [child[i + 1] for i, arg in enumerate(child) if arg == "--option"] == ["awq=True", "scale_estimation=True"]
+    assert child[child.index("--dataset") + 1] == "self.npy" and "--hqq" not in child
+    with pytest.raises(ValueError, match="needs the calibration tokens"):
+        evidence.child_command(Path("m.xml"), "-", 64, calibrated, False)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("pr:mode=INT4_SYM", "SOURCE rtn or a tree"),
+        ("t", "SOURCE:SETTING"),
+        ("t:", "SOURCE:SETTING"),
+        ("rtn:hqq.num_iterations=0", "no HQQ parameters"),
+        ("rtn:dataset=wikitext", "only dataset is 'self'"),
+        ("t:group_size=128", "fixed by the protocol"),
+        ("rtn:mode=INT4_SYM,rtn:mode=INT4_SYM", "given twice"),
+        ("t:mode", "FIELD=VALUE"),
+    ],
+    ids=["unknown-source", "no-settings", "empty-settings", "hqq-on-rtn", "other-dataset", "reserved", "twice", "bare"],
+)
+def test_parse_rows_refuses(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        evidence.parse_rows(text, {"t": tmp_path})
+
+
+def test_parse_param_keeps_bare_names_only_when_asked() -> None:
+    assert evidence.parse_param("mode=INT4_SYM", strings=True) == ("mode", "INT4_SYM")
+    assert evidence.parse_param("awq=True", strings=True) == ("awq", True)
+    with pytest.raises(ValueError, match="malformed"):
+        evidence.parse_param("mode=INT4_SYM")
+
+
+def test_prefill_inputs_match_nncf_hqq_self_calibration() -> None:
+    from nncf_hqq.self_calibration import calibration_inputs
+
+    tokens = np.arange(12, dtype=np.int64).reshape(3, 4)
+    names = ("input_ids", "attention_mask", "position_ids", "beam_idx")
+    ours, oracle = evidence.prefill_inputs(tokens, set(names)), calibration_inputs(tokens, names)
+    assert len(ours) == len(oracle) == 3
+    for a, b in zip(ours, oracle, strict=True):
+        assert a.keys() == b.keys()
+        for name in names:
+            np.testing.assert_array_equal(a[name], b[name])
+            assert a[name].dtype == b[name].dtype
+    assert list(evidence.prefill_inputs(tokens, {"input_ids"})[0]) == ["input_ids"]
+
+
 def test_gap_closed() -> None:
     assert evidence.gap_closed(38.0, 34.0, 28.0) == pytest.approx(0.4)
     assert evidence.gap_closed(0.96, 0.98, 1.0) == pytest.approx(0.5)
