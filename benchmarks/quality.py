@@ -122,6 +122,11 @@ ROWS: dict[str, HQQParameters | None] = {
     # ablations of the default for the NNCF pull request's core (docs/upstreaming.md)
     "default_no_guard": dataclasses.replace(HQQ_DEFAULT, rtn_guard=False),
     "default_no_proximal": dataclasses.replace(HQQ_DEFAULT, iterations=0),
+    # cheaper solvers for the compression-speed target (issue 47, item 5)
+    "default_iterations4": dataclasses.replace(HQQ_DEFAULT, iterations=4),
+    "default_refine2": dataclasses.replace(HQQ_DEFAULT, refine_rounds=2),
+    "default_refine1": dataclasses.replace(HQQ_DEFAULT, refine_rounds=1),
+    "default_no_proximal_refine2": dataclasses.replace(HQQ_DEFAULT, iterations=0, refine_rounds=2),
     "default_no_norm_gain_no_guard": dataclasses.replace(HQQ_DEFAULT, importance="none", rtn_guard=False),
     "awq_se": None,
     "awq_se_hqq": HQQ_DEFAULT,

@@ -242,7 +242,8 @@ def seven_b_hf(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         pytest.param({}, None, id="self-calibrated-chooses-the-stand-in"),
         pytest.param({"int8_stand_in": False}, "self_calibration=False (data-free) fits", id="float-model"),
         pytest.param({"int8_stand_in": False, "memory_budget": 64}, None, id="float-model-in-a-budget-that-fits"),
-        pytest.param({"memory_budget": 12}, "output_check=False or", id="a-budget-for-the-stand-in-unchecked"),
+        pytest.param({"memory_budget": 12}, None, id="a-12-gib-budget-takes-the-stand-in-with-the-check"),
+        pytest.param({"memory_budget": 8}, "self_calibration=False (data-free) fits", id="a-budget-for-data-free"),
         pytest.param({"memory_budget": 1.5}, "export the model on a larger machine", id="a-budget-too-small"),
         pytest.param({"self_calibration": False}, None, id="data-free"),
         pytest.param({"memory_check": False}, None, id="check-off"),
@@ -266,7 +267,7 @@ def test_the_job_estimates_the_phases_its_options_run(
 
 def test_the_stand_in_is_chosen_only_where_the_float_model_does_not_fit() -> None:
     """Automatic (``stand_in=None``): the float model on 23 GiB; on 15.5 GiB the INT8 stand-in, with the reason
-    logged; on 12 GiB neither fits, and the refusal names what does."""
+    logged (also on 12 GiB); on 8 GiB neither fits, and the refusal names what does."""
     arguments = ("/models/qwen", SEVEN_B, True, GENERATION, HELD_OUT)
     lines: list[str] = []
     roomy = memory.check_compress_memory(*arguments, lines.append, stand_in=None, available=int(23 * GIB))
@@ -277,11 +278,12 @@ def test_the_stand_in_is_chosen_only_where_the_float_model_does_not_fit() -> Non
     assert laptop.stand_in and laptop.why is not None
     assert laptop.estimates == tuple(memory.compress_estimates(SEVEN_B, True, GENERATION, HELD_OUT, stand_in=True))
     assert lines[0] == f"memory: {laptop.why}"
+    assert memory.check_compress_memory(*arguments, lines.append, stand_in=None, available=12 * GIB).stand_in
     assert "the float model's self-calibration text needs about 15.7 GiB" in lines[0]
     assert "15.5 GiB available" in lines[0]
     with pytest.raises(memory.NotEnoughMemoryError) as info:
         from_ir = ("/models/qwen", SEVEN_B, False, GENERATION, HELD_OUT)  # no export: its pages are not the limit
-        memory.check_compress_memory(*from_ir, lines.append, stand_in=None, available=12 * GIB)
+        memory.check_compress_memory(*from_ir, lines.append, stand_in=None, available=8 * GIB)
     assert "--no-self-calibration (data-free) fits" in info.value.for_command_line()
     asked = memory.check_compress_memory(*arguments, lines.append, stand_in=True, available=int(23 * GIB))
     assert asked.stand_in and asked.why is None
@@ -416,6 +418,12 @@ def test_seven_b_with_the_int8_stand_in() -> None:
         assert float_model[phase] - by_phase[phase] == SEVEN_B.stored_bytes - SEVEN_B.parameters
     assert max(by_phase[p] for p in ("output check reference", "self-calibration text", "statistics")) < 10 * GIB
     assert by_phase["compression"] == float_model["compression"] < 10 * GIB  # the float model's weights, compressed
+    # the output check holds one candidate (the kept one waits on disk): no more than the compression
+    assert (
+        by_phase["output check"]
+        == max(SEVEN_B.compressed_bytes(), by_phase["compression"] - memory.BASELINE_BYTES) + memory.BASELINE_BYTES
+    )
+    assert max(e.needed for e in with_stand_in) < 10 * GIB  # the default with the stand-in fits a 16 GB laptop
 
 
 def test_the_exports_checkpoint_pages_count_in_its_peak_not_in_what_it_needs() -> None:

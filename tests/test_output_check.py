@@ -173,7 +173,7 @@ def test_output_check_runs_the_float_model_once_before_any_candidate_and_removes
     make_recording = evaluation.RecordedLogits.__init__
 
     def compiled(self: Any, model: Any, *args: Any) -> None:
-        events.append("compile float" if isinstance(model, str | Path) else "compile candidate")
+        events.append("compile candidate" if Path(model).name.startswith("candidate-") else "compile float")
         compile_llm(self, model, *args)
 
     def recorded(self: Any, path: Path, *args: Any) -> None:
@@ -199,28 +199,48 @@ def test_output_check_runs_the_float_model_once_before_any_candidate_and_removes
     assert list(scratch.iterdir()) == []
 
 
-def test_output_check_frees_every_candidate_it_does_not_keep(
+def test_output_check_holds_no_candidate_beside_the_one_it_compresses_or_evaluates(
     tiny_llm: tuple[Path, Any],
+    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Each candidate is better than the one before, so each replaces the kept one: when a candidate is compressed,
-    only the kept one is still alive (its predecessor was freed)."""
+    """Each candidate is better than the one before, so each replaces the kept one: when a candidate is compressed or
+    evaluated, no other candidate is alive in memory (each waits on disk, compiled from its file), at most the kept
+    one's files are beside it, and the model returned holds the last candidate's weights, read back from its file."""
     import gc
+    import hashlib
     import weakref
 
-    alive_at_compress: list[int] = []
+    alive: list[int] = []
     outputs: list[weakref.ref[Any]] = []
+    digests: list[str] = []
+    on_disk: list[int] = []
     compress, evaluate = output_check.compress_model, output_check.evaluate_llms
     kl = {"self-calibrated": 3.0, "data-free": 2.0, "rtn": 1.0}
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+
+    def weights_digest(model: ov.Model) -> str:
+        constants = [op.get_data().tobytes() for op in model.get_ordered_ops() if op.get_type_name() == "Constant"]
+        return hashlib.sha256(b"".join(sorted(constants))).hexdigest()
+
+    def candidate_files() -> int:
+        return len(list(scratch.glob("*/candidate-*.bin")))
 
     def compressed(*args: Any, **kwargs: Any) -> Any:
         gc.collect()
-        alive_at_compress.append(sum(ref() is not None for ref in outputs))
+        alive.append(sum(ref() is not None for ref in outputs))
+        on_disk.append(candidate_files())
         result = compress(*args, **kwargs)
         outputs.append(weakref.ref(result))
+        digests.append(weights_digest(result))
         return result
 
     def evaluated(reference: Any, candidates: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        gc.collect()
+        alive.append(sum(ref() is not None for ref in outputs))
+        on_disk.append(candidate_files())
+        assert all(isinstance(candidate, Path) for candidate in candidates.values())
         metrics = evaluate(reference, candidates, *args, **kwargs)
         return {name: {**m, "kl": kl.get(name, 0.0)} for name, m in metrics.items()}
 
@@ -230,7 +250,10 @@ def test_output_check_frees_every_candidate_it_does_not_keep(
     data_free = CompressionOptions(group_size=64)
     calibrated = self_calibrated(data_free, tiny_llm[0], 4)
     kept, _, check = output_check.compress_checked_on_outputs(
-        ir_xml(tiny_llm[0]), data_free, calibrated, log=lambda _: None
+        ir_xml(tiny_llm[0]), data_free, calibrated, log=lambda _: None, scratch_dir=scratch
     )
-    assert check.chosen == "rtn" and kept is outputs[-1]()
-    assert alive_at_compress == [0, 1, 1]
+    assert check.chosen == "rtn" and len(digests) == 3 and len(set(digests)) == 3
+    assert alive == [0] * 6  # compress, evaluate; three times
+    assert on_disk == [0, 1, 1, 2, 1, 2]  # the kept one's files, and the one evaluated
+    assert weights_digest(kept) == digests[-1]
+    assert list(scratch.iterdir()) == []

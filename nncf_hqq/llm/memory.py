@@ -19,9 +19,9 @@ checkpoints of real shapes (``benchmarks/checkpoint_memory.py``, docs/memory.md)
   command lines drop the weights file's pages meanwhile (``nncf_hqq.openvino.pages.releasing_file_pages``), so the
   packed copy is the float model's memory. Then its KV cache (f32) and logits for the sequences it runs, from the
   model's ``config.json`` (not counted without one);
-- a compiled compressed candidate: about its compressed bytes (the output check holds the candidate kept, the one
-  being compressed, or evaluated with its compiled model, never the float model beside them: its logits are
-  recorded to a file).
+- a compiled compressed candidate: about its compressed bytes (the output check holds one candidate, being
+  compressed or compiled from the file it was written to, never the candidate kept nor the float model beside it:
+  both wait on disk, the float model as its recorded logits).
 """
 
 from __future__ import annotations
@@ -281,9 +281,8 @@ def compress_estimates(
     else:
         compression = (("compressed weights", compressed), ("working set", compressing - compressed))
     phases.append(PhaseEstimate(COMPRESSION_PHASE, compression))
-    if generation is not None and held_out:
-        current = max(2 * compressed, compressing)
-        parts = (("the candidate kept", compressed), ("one being compressed, or compiled", current))
+    if generation is not None and held_out:  # the kept candidate waits on disk
+        parts = (("one candidate being compressed, or compiled", max(compressed, compressing)),)
         phases.append(PhaseEstimate(OUTPUT_CHECK_PHASE, parts))
     return phases
 
@@ -352,7 +351,6 @@ def check_compress_memory(
     """
     available = available_bytes() if available is None else available
     why = None
-    automatic = stand_in is None
     if stand_in is None:
         why = _why_stand_in(size, export, generation, held_out, available)
         stand_in = why is not None
@@ -368,12 +366,6 @@ def check_compress_memory(
     with_stand_in = compress_estimates(size, export, generation, held_out, stand_in=True)
     if generation is not None and not stand_in and not too_large(with_stand_in, available):
         fits.append("{int8_stand_in}")
-    # without the output check, with the stand-in as asked (or as the automatic choice would take it)
-    unchecked = [False, True] if automatic else [stand_in]
-    if held_out and any(
-        not too_large(compress_estimates(size, export, generation, 0, s), available) for s in unchecked
-    ):
-        fits.append("{no_output_check}")
     if generation is not None and not too_large(compress_estimates(size, export, None, 0), available):
         fits.append("{no_self_calibration} (data-free)")
     instead = f"; {' or '.join(fits)} fits" if fits else ""

@@ -34,6 +34,7 @@ from nncf_hqq.llm.timing import OUTPUT_REFERENCE_PHASE
 from nncf_hqq.llm.timing import StepTimer
 from nncf_hqq.llm.timing import silent_timer
 from nncf_hqq.openvino.pages import release_file_mappings
+from nncf_hqq.openvino.pages import releasing_file_pages
 from nncf_hqq.self_calibration import SelfCalibration
 from nncf_hqq.self_calibration import generate_sequences
 
@@ -97,11 +98,12 @@ def compress_checked_on_outputs(
     sequences and its logits on them are recorded in a file (``RecordedLogits``, in a temporary directory
     under ``scratch_dir``, by default the system's; ``sequences x seq_len x vocab`` float32, removed on return),
     against which the candidates are then evaluated one at a time, each compressed from its own read of
-    ``model_xml``. Memory holds the candidate kept so far, the one being compressed or evaluated, and one logits
-    block per model: nothing else refers to a candidate, so one that is not kept is freed at once. After each
-    compression the pages of the IR's weights file that it read are dropped (``release_file_mappings``): a
-    compressed model read from that file keeps it mapped, and the pages NNCF's RTN read would otherwise stay
-    resident through the evaluations. NNCF's bitwidth table is shown once, the kept candidate's, after the choice.
+    ``model_xml``, written beside the recording and freed before it is compiled from its file: memory holds the one
+    candidate being compressed, or compiled, and one logits block per model, never a candidate kept beside them (the
+    kept one's files wait on disk; the others are removed once beaten). After each compression the pages of the
+    IR's weights file that it read are dropped (``release_file_mappings``): the pages NNCF's RTN read would
+    otherwise stay resident. The kept candidate is read back into memory, so nothing returned refers to the removed
+    directory. NNCF's bitwidth table is shown once, the kept candidate's, after the choice.
     ``stand_in``: the float model's INT8 copy (``nncf_hqq.llm.stand_in``), which generates the held-out sequences and
     gives the reference logits in its place, and serves the self-calibrated candidate (``compress_timed``).
     """
@@ -119,7 +121,7 @@ def compress_checked_on_outputs(
             reference = RecordedLogits.record(reference_xml, held_out, Path(scratch) / "float_logits.bin")
             release_file_mappings(weights_file, reference_xml.with_suffix(".bin"))
         kept, chosen, metrics, tables = _compress_candidates(
-            model_xml, candidates, reference, held_out, log, timer, stand_in
+            model_xml, candidates, reference, held_out, log, timer, Path(scratch), stand_in
         )
         reference.close()
     summary = ", ".join(f"{name} {metrics[name]['kl']:.4f}" for name in candidates)
@@ -135,27 +137,64 @@ def _compress_candidates(
     held_out: Sequence[np.ndarray],
     log: Callable[[str], None],
     timer: StepTimer,
+    scratch: Path,
     stand_in: Path | None = None,
 ) -> tuple[ov.Model, str, dict[str, Metrics], list[logging.LogRecord]]:
-    """Every candidate compressed from ``model_xml`` (the first in ``compress_timed``'s phases) and evaluated
-    against ``reference``: the least-KL one (ties keep the earlier), its name, every candidate's metrics with the
-    reference's as ``fp``, and the kept one's bitwidth table (held back: ``bitwidth_tables_held_back``)."""
+    """Every candidate compressed from ``model_xml`` (the first in ``compress_timed``'s phases), written to
+    ``scratch`` (``spill``) and evaluated from there against ``reference``: the least-KL one (ties keep the earlier)
+    read back, its name, every candidate's metrics with the reference's as ``fp``, and the kept one's bitwidth table
+    (held back: ``bitwidth_tables_held_back``)."""
     weights_file = ir_xml(model_xml).with_suffix(".bin")
     (first, first_options), *others = candidates.items()
     log(f"Output check: compressing the {first} candidate")
     with bitwidth_tables_held_back() as tables:
-        kept = compress_timed(read_model(model_xml), first_options, None, timer, stand_in)
+        model = compress_timed(read_model(model_xml), first_options, None, timer, stand_in)
     release_file_mappings(weights_file)
     with timer.step(OUTPUT_CHECK_PHASE):
-        metrics = evaluate_llms(reference, {first: kept}, held_out)
+        kept_xml = spill(model, scratch, first)
+        del model
+        metrics = evaluate_spilled(reference, first, kept_xml, held_out)
         chosen = first
         for name, options in others:
             log(f"Output check: compressing the {name} candidate")
             with bitwidth_tables_held_back() as candidate_tables:
-                candidate = compress_model(read_model(model_xml), options)
-            release_file_mappings(weights_file)  # the float weights NNCF's RTN read stay mapped in the candidate
-            metrics[name] = evaluate_llms(reference, {name: candidate}, held_out)[name]
+                candidate_xml = spill(compress_model(read_model(model_xml), options), scratch, name)
+            release_file_mappings(weights_file)  # the float weights NNCF's RTN read
+            metrics[name] = evaluate_spilled(reference, name, candidate_xml, held_out)[name]
+            beaten = candidate_xml
             if metrics[name]["kl"] < metrics[chosen]["kl"]:
-                chosen, kept, tables = name, candidate, candidate_tables
-            del candidate
+                chosen, beaten, kept_xml, tables = name, kept_xml, candidate_xml, candidate_tables
+            remove_ir(beaten)
+        kept = read_model_into_memory(kept_xml)
     return kept, chosen, metrics, tables
+
+
+def spill(model: ov.Model, scratch: Path, name: str) -> Path:
+    """Writes a compressed candidate to ``scratch`` as an IR named after it (as the job saves a model: no f16
+    conversion) and returns the ``.xml``; the caller's reference is the last one, so the model is freed on return."""
+    xml = scratch / f"candidate-{name}.xml"
+    ov.save_model(model, xml, compress_to_fp16=False)
+    return xml
+
+
+def evaluate_spilled(
+    reference: RecordedLogits, name: str, xml: Path, held_out: Sequence[np.ndarray]
+) -> dict[str, Metrics]:
+    """``evaluate_llms`` of the candidate written at ``xml``, compiled from its file; the pages of its weights file
+    are dropped while it runs (``releasing_file_pages``), so memory holds the compiled candidate alone."""
+    with releasing_file_pages(xml.with_suffix(".bin")):
+        return evaluate_llms(reference, {name: xml}, held_out)
+
+
+def remove_ir(xml: Path) -> None:
+    """Removes an IR's ``.xml`` and ``.bin``."""
+    for path in (xml, xml.with_suffix(".bin")):
+        path.unlink(missing_ok=True)
+
+
+def read_model_into_memory(xml: Path) -> ov.Model:
+    """The model of ``xml`` with its weights read into memory (no mapping of the file), so the file can be removed
+    on every system while the model lives."""
+    core = ov.Core()
+    core.set_property({"ENABLE_MMAP": False})
+    return core.read_model(xml)
