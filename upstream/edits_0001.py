@@ -283,7 +283,7 @@ EDITS: list[Edit] = [
         WEIGHT_LOWERING,
         "    if not config.is_integer:\n        if (\n",
         "    if precomputed_zero_point is not None and precomputed_zero_point.dtype == TensorDataType.float16:\n"
-        "        zero_point = precomputed_zero_point.astype(TensorDataType.float32)\n"
+        "        zero_point = precomputed_zero_point.astype(TensorDataType.float32)  # a float zero point (HQQ's)\n"
         "        compressed = do_integer_quantization(weight, config, reduction_axes, precomputed_scale, zero_point)\n"
         "        return CompressedWeight(compressed.tensor, compressed.scale, precomputed_zero_point)\n",
     ),
