@@ -317,6 +317,17 @@ def test_patched_nncf_writes_what_nncf_hqq_writes(build: str, case: Any, patched
     assert differing == []
 
 
+@pytest.mark.parametrize(("name", "kwargs"), [(name, kwargs) for name, kwargs, *_ in equivalence.SWITCHES])
+def test_each_switch_of_the_data_free_steps_changes_what_the_series_writes(
+    name: str, kwargs: dict[str, Any], patched: dict[str, dict[str, Any]]
+) -> None:
+    """The switches that measure 0003's steps one at a time are not inert on the equivalence model."""
+    default = "hqq_int4_sym" if kwargs.get("mode") == "INT4_SYM" else "hqq_int4_asym_g64"
+    saved = patched["series"]
+    keys = [key.split("/", 1)[1] for key in saved if key.startswith(f"{default}/") and "serialized" not in key]
+    assert keys and any(not np.array_equal(saved[f"{default}/{key}"], saved[f"{name}/{key}"]) for key in keys)
+
+
 REFUSALS = [(build, case) for build in equivalence.BUILDS for case in equivalence.REFUSALS if build in case.builds]
 
 

@@ -283,7 +283,7 @@ EDITS: list[Edit] = [
         WEIGHT_LOWERING,
         "    if not config.is_integer:\n        if (\n",
         "    if precomputed_zero_point is not None and precomputed_zero_point.dtype == TensorDataType.float16:\n"
-        "        zero_point = precomputed_zero_point.astype(TensorDataType.float32)\n"
+        "        zero_point = precomputed_zero_point.astype(TensorDataType.float32)  # a float zero point (HQQ's)\n"
         "        compressed = do_integer_quantization(weight, config, reduction_axes, precomputed_scale, zero_point)\n"
         "        return CompressedWeight(compressed.tensor, compressed.scale, precomputed_zero_point)\n",
     ),
@@ -331,9 +331,9 @@ TEMPLATE_HQQ = """
     # HQQ Tests
 
     @staticmethod
-    @abstractmethod
     def get_zero_point_dtypes(model: TModel) -> list[TensorDataType]:
-        \"\"\"Returns the data types of the zero points of the compressed weights.\"\"\"
+        \"\"\"Returns the data types of the zero points of the compressed weights (backends that support HQQ).\"\"\"
+        raise NotImplementedError
 
     def compress_with_hqq(self, model: TModel, hqq: bool = True, **kwargs) -> TModel:
         if "hqq" in self.get_not_supported_algorithms():
@@ -440,12 +440,16 @@ def test_hqq_and_its_parameters_are_dumped_to_rt_info(hqq):
     dumped = model.get_rt_info()["nncf"]["weight_compression"]
     assert dumped["hqq"].value == str(hqq)
     assert "'hqq_params': {'num_iterations': 20, 'refinement_steps': 5" in dumped["advanced_parameters"].value
-"""
 
-NOT_IMPLEMENTED_ZERO_POINT_DTYPES = """
-    @staticmethod
-    def get_zero_point_dtypes(model) -> list[TensorDataType]:
-        raise NotImplementedError
+
+def test_hqq_codes_of_compiled_and_reference_quantization_are_equal():
+    weight = Tensor((np.random.default_rng(0).standard_t(4, (64, 256)) * 0.05).astype(np.float32))
+    config = WeightCompressionConfig(CompressWeightsMode.INT4_ASYM, group_size=32)
+    params, codes = HQQ(config.mode).calculate_quantization_params(weight, 1, config), []
+    for optimized in (True, False):  # NNCF's compiled quantization and its numpy reference, the float zero point's
+        with patch(f"{compress_weight.__module__}._can_run_optimized", return_value=optimized):
+            codes.append(compress_weight(weight, 1, config, params).tensor.data)
+    np.testing.assert_array_equal(*codes)
 """
 
 TEST_EDITS: list[Edit] = [
@@ -466,6 +470,16 @@ TEST_EDITS: list[Edit] = [
         "from nncf.quantization.advanced_parameters import AdvancedHQQParameters as HQQParams\n",
     ),
     insert_before(OV_TESTS, "\n\nclass TestOVTemplateWeightCompression(TemplateWeightCompression):\n", OV_HQQ_TESTS),
+    insert_after(
+        OV_TESTS,
+        "from nncf.quantization.algorithms.weight_compression.config import WeightCompressionParameters\n",
+        "from nncf.quantization.algorithms.weight_compression.hqq import HQQ\n",
+    ),
+    insert_after(
+        OV_TESTS,
+        "from nncf.quantization.algorithms.weight_compression.weight_lowering import _calculate_normalized_weight\n",
+        "from nncf.quantization.algorithms.weight_compression.weight_lowering import compress_weight\n",
+    ),
     insert_after(
         OV_TESTS,
         "from nncf.tensor import TensorDataType\n",
@@ -493,7 +507,7 @@ TEST_EDITS: list[Edit] = [
         Edit(
             path,
             f"        return {names}\n",
-            f'        return {names[:-1]}, "hqq"]\n{NOT_IMPLEMENTED_ZERO_POINT_DTYPES}',
+            f'        return {names[:-1]}, "hqq"]\n',
         )
         for path, names in (
             (PT_TESTS, '["lora_correction", "gptq"]'),

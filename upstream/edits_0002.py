@@ -8,7 +8,6 @@ from edit import Edit
 from edit import append
 from edit import insert_after
 from edit import insert_before
-from edits_0001 import NOT_IMPLEMENTED_ZERO_POINT_DTYPES
 from edits_0001 import PT_TESTS
 from edits_0001 import QUANTIZE_MODEL
 from edits_0001 import WC
@@ -127,7 +126,7 @@ EDITS: list[Edit] = [
     # NNCF's Torch tests (applied by `build.py --nncf-tests NNCF_REPO`): hqq is supported now
     Edit(
         PT_TESTS,
-        f'        return ["lora_correction", "gptq", "hqq"]\n{NOT_IMPLEMENTED_ZERO_POINT_DTYPES}',
+        '        return ["lora_correction", "gptq", "hqq"]\n',
         f'        return ["lora_correction", "gptq"]\n{PT_ZERO_POINT_DTYPES}',
     ),
     insert_after(

@@ -119,15 +119,26 @@ PT_NORMALIZATION_AFFINE = '''
 '''
 
 EDITS: list[Edit] = [
-    # AdvancedHQQParameters.unit_gain
+    # AdvancedHQQParameters: input_energy_weighting, rtn_group_fallback, unit_gain
     insert_after(
         ADVANCED_PARAMETERS,
         "        Defaults to True.\n    :type rtn_value_projections: bool\n",
+        "    :param input_energy_weighting: Whether the refinement and the rounding fallback weight the error of\n"
+        "        input channel j by gamma_j^2 + beta_j^2 when a normalization x_hat * gamma + beta feeds the layer.\n"
+        "        Defaults to True.\n"
+        "    :type input_energy_weighting: bool\n"
+        "    :param rtn_group_fallback: Whether a group keeps round-to-nearest where it reconstructs the group\n"
+        "        better. Defaults to True.\n"
+        "    :type rtn_group_fallback: bool\n"
         "    :param unit_gain: Whether the scale of every group is finally set so that the group is reproduced with\n"
         "        unit gain along its weights. Defaults to True.\n"
         "    :type unit_gain: bool\n",
     ),
-    insert_after(ADVANCED_PARAMETERS, "    rtn_value_projections: bool = True\n", "    unit_gain: bool = True\n"),
+    insert_after(
+        ADVANCED_PARAMETERS,
+        "    rtn_value_projections: bool = True\n",
+        "    input_energy_weighting: bool = True\n    rtn_group_fallback: bool = True\n    unit_gain: bool = True\n",
+    ),
     # algorithm.py: HQQ built with its parameters by name
     Edit(
         ALGORITHM,
@@ -140,6 +151,8 @@ EDITS: list[Edit] = [
         "                num_iterations=hqq_params.num_iterations,\n"
         "                refinement_steps=hqq_params.refinement_steps,\n"
         "                rtn_value_projections=hqq_params.rtn_value_projections,\n"
+        "                input_energy_weighting=hqq_params.input_energy_weighting,\n"
+        "                rtn_group_fallback=hqq_params.rtn_group_fallback,\n"
         "                unit_gain=hqq_params.unit_gain,\n"
         "            )\n",
     ),

@@ -18,7 +18,8 @@ from edits_0001 import TEMPLATE
 GUARD_PARAMETERS_DOC = """\
     :param output_guard: With Scale Estimation, whether every output channel of a layer takes whichever of HQQ's
         refined result, NNCF's Scale Estimation result and round-to-nearest reproduces the layer's outputs on the
-        calibration data best. Defaults to True.
+        calibration data best. With False, NNCF's Scale Estimation does not run: HQQ's refinement of the scales on
+        the data stands in for it. Defaults to True.
     :type output_guard: bool
     :param calibration_token_rows: With Scale Estimation, how many token rows of each calibration sample's input to a
         layer HQQ's refinement and output guard fit (drawn at random); 0 fits the per-sample means. Defaults to 0.

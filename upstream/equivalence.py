@@ -72,6 +72,13 @@ BATCHED_SHAPE = {"experts": 4, "tokens": 8, "hidden": 64, "outputs": 64, "head":
 #: Both sides run NNCF's and nncf_hqq's numpy references: the patched trees have no compiled kernels of HQQ's, and
 #: NNCF's own compiled compression functions are then off on both sides too.
 REFERENCE_ENVIRONMENT = {"NNCF_DISABLE_OPTIMIZED_COMPRESSION": "1"}
+#: 0003's data-free steps switched off one at a time (``AdvancedHQQParameters`` and ``HQQParameters`` names), for
+#: their ablation rows: each case is ``hqq_int4_asym_g64`` (or ``hqq_int4_sym``) but for one step.
+SWITCHES = (
+    ("hqq_no_input_energy_weighting", {}, {"importance": "none"}, {"input_energy_weighting": False}),
+    ("hqq_no_rtn_group_fallback", {}, {"rtn_guard": False}, {"rtn_group_fallback": False}),
+    ("hqq_int4_sym_no_rtn_group_fallback", {"mode": "INT4_SYM"}, {"rtn_guard": False}, {"rtn_group_fallback": False}),
+)
 CASES = (
     Case("hqq_int4_asym_g64", True),
     Case("hqq_int4_asym_g64_dense", True, moe=False),
@@ -107,6 +114,10 @@ CASES = (
         builds=("series",),
     ),
     Case("hqq_awq_se", True, {"awq": True, "scale_estimation": True}, True, moe=False, builds=("series",)),
+    *(
+        Case(name, True, kwargs, hqq_params=params, patched_params=patched, builds=("series",))
+        for name, kwargs, params, patched in SWITCHES
+    ),
     Case(
         "hqq_awq_se_token_rows",
         True,

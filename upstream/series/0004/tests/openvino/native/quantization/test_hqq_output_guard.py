@@ -10,7 +10,7 @@ from nncf import CompressWeightsMode
 from nncf.quantization.advanced_parameters import AdvancedCompressionParameters
 from nncf.quantization.advanced_parameters import AdvancedHQQParameters
 from nncf.quantization.algorithms.weight_compression.hqq import HQQ
-from tests.openvino.native.quantization.test_hqq import HIDDEN
+from tests.openvino.native.quantization.test_weights_compression_hqq import HIDDEN
 
 
 def attention_model(seed: int = 0) -> ov.Model:

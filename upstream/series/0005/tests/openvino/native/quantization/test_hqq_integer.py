@@ -5,9 +5,9 @@ import pytest
 from nncf import CompressWeightsMode
 from nncf.quantization.advanced_parameters import AdvancedCompressionParameters
 from nncf.quantization.advanced_parameters import AdvancedHQQParameters
-from tests.openvino.native.quantization.test_hqq import attention_model
-from tests.openvino.native.quantization.test_hqq import compress
-from tests.openvino.native.quantization.test_hqq import constants
+from tests.openvino.native.quantization.test_weights_compression_hqq import attention_model
+from tests.openvino.native.quantization.test_weights_compression_hqq import compress
+from tests.openvino.native.quantization.test_weights_compression_hqq import constants
 
 
 def test_integer_zero_points_are_written_as_codes():

@@ -76,6 +76,8 @@ class HQQ:
         num_iterations: int = 20,
         refinement_steps: int = 5,
         rtn_value_projections: bool = True,
+        input_energy_weighting: bool = True,
+        rtn_group_fallback: bool = True,
         unit_gain: bool = True,
         subset_size: int = 32,
         output_guard: bool = True,
@@ -87,6 +89,9 @@ class HQQ:
         :param num_iterations: Maximal number of HQQ's zero-point iterations.
         :param refinement_steps: Steps of least-squares refinement of the scales and zero points.
         :param rtn_value_projections: Whether the layers that produce attention values keep round-to-nearest.
+        :param input_energy_weighting: Whether the error of each input channel is weighted by the energy of the
+            normalization feeding the layer.
+        :param rtn_group_fallback: Whether a group keeps round-to-nearest where it reconstructs the group better.
         :param unit_gain: Whether every group's scale is finally set for unit gain along its weights.
         :param subset_size: The number of calibration samples the scales are refined on.
         :param output_guard: Whether every output row then takes whichever of HQQ's result, NNCF's Scale
@@ -97,6 +102,8 @@ class HQQ:
         self._mode = mode
         self._num_iterations = num_iterations
         self._refinement_steps = refinement_steps
+        self._input_energy_weighting = input_energy_weighting
+        self._rtn_group_fallback = rtn_group_fallback
         self._unit_gain = unit_gain
         self._rtn_value_projections = rtn_value_projections
         self._subset_size = subset_size
@@ -180,7 +187,9 @@ class HQQ:
         _, axis = get_reduction_channel_size(weight.shape, wp.reduction_axes)
         axis = axis % weight.ndim
         float_weight = _as_float32_numpy(weight)
-        importance = self._input_importance(model, graph, wp.node_with_weight, weight.shape[axis])
+        importance = None
+        if self._input_energy_weighting:
+            importance = self._input_importance(model, graph, wp.node_with_weight, weight.shape[axis])
         result = self.compress(float_weight, axis, wp.compression_config, importance, keep_rtn)
         if statistics is not None:
             activations = self._calibration_inputs(graph, wp, statistics)
@@ -262,6 +271,8 @@ class HQQ:
         if self._integer_zero_point or steps:
             inverse_scale, zero = refine(grouped, inverse_scale, zero, axis, num_bits, steps, weights, True)
         result = quantize_as_stored(grouped, config, 1.0 / inverse_scale, zero, self._integer_zero_point)
+        if not self._rtn_group_fallback:
+            return result
         errors = (stored_group_error(grouped, compressed, axis, weights) for compressed in (result, rtn))
         return choose_per_group(next(errors) <= next(errors), result, rtn)
 
@@ -281,6 +292,8 @@ class HQQ:
         if self._refinement_steps:
             scale = refine_symmetric_scale(grouped, scale, axis, num_bits, self._refinement_steps, weights, True)
         result = quantize_symmetric_as_stored(grouped, config, scale)
+        if not self._rtn_group_fallback:
+            return result
         errors = (stored_group_error(grouped, compressed, axis, weights) for compressed in (result, rtn))
         better = next(errors) <= next(errors)
         tensor, scale = (fns.where(better, a, b) for a, b in ((result.tensor, rtn.tensor), (result.scale, rtn.scale)))
