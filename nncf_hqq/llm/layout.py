@@ -50,6 +50,12 @@ def read_model(model_xml: str | Path) -> ov.Model:
     return ov.Core().read_model(ir_xml(model_xml))
 
 
+def remove_ir(xml: Path) -> None:
+    """Removes an IR's ``.xml`` and its ``.bin``, where they exist."""
+    for path in (xml, xml.with_suffix(".bin")):
+        path.unlink(missing_ok=True)
+
+
 def model_files_dir(model: object) -> Path | None:
     """The directory of an IR given as a path (where its config.json is); None for in-memory models."""
     if not isinstance(model, str | Path):

@@ -24,6 +24,7 @@ from nncf_hqq.llm.evaluation import RecordedLogits
 from nncf_hqq.llm.evaluation import evaluate_llms
 from nncf_hqq.llm.layout import ir_xml
 from nncf_hqq.llm.layout import read_model
+from nncf_hqq.llm.layout import remove_ir
 from nncf_hqq.llm.logs import bitwidth_tables_held_back
 from nncf_hqq.llm.logs import show
 from nncf_hqq.llm.options import CompressionOptions
@@ -184,12 +185,6 @@ def evaluate_spilled(
     are dropped while it runs (``releasing_file_pages``), so memory holds the compiled candidate alone."""
     with releasing_file_pages(xml.with_suffix(".bin")):
         return evaluate_llms(reference, {name: xml}, held_out)
-
-
-def remove_ir(xml: Path) -> None:
-    """Removes an IR's ``.xml`` and ``.bin``."""
-    for path in (xml, xml.with_suffix(".bin")):
-        path.unlink(missing_ok=True)
 
 
 def read_model_into_memory(xml: Path) -> ov.Model:

@@ -26,6 +26,7 @@ import openvino as ov
 
 from nncf_hqq._nncf import WeightCompression
 from nncf_hqq.llm.layout import read_model
+from nncf_hqq.llm.layout import remove_ir
 from nncf_hqq.llm.logs import bitwidth_tables_held_back
 from nncf_hqq.llm.options import CompressionOptions
 from nncf_hqq.llm.timing import OUTPUT_REFERENCE_PHASE
@@ -112,8 +113,7 @@ def write_stand_in(model_xml: Path, directory: Path) -> Path:
             ov.save_model(model, xml, compress_to_fp16=False)
             del model
     finally:
-        first_xml.unlink(missing_ok=True)
-        first_xml.with_suffix(".bin").unlink(missing_ok=True)
+        remove_ir(first_xml)
     return xml
 
 
