@@ -3,6 +3,7 @@ stays bf16), and compresses from there to what the fp32 export gives."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,29 @@ def test_the_checkpoint_precision_is_kept_and_values_match_the_fp32_export(expor
     assert len(kept) >= 14  # 7 MatMuls a layer, embeddings, lm_head
     kept_as_f32 = [(shape, np.frombuffer(data, np.float32).tobytes()) for shape, data in kept]
     assert kept_as_f32 == _constants(fp32_xml, (ov.Type.f32,), two_d=True)
+
+
+def test_the_checkpoint_pages_are_dropped_during_the_export_and_the_export_is_the_same(
+    bf16_checkpoint: Path, exports: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nncf_hqq.openvino import pages
+
+    released: list[int] = []
+    original = pages.release_file_mappings
+
+    def recorded(*paths: Any, suffixes: tuple[str, ...] = ()) -> int:
+        size = original(*paths, suffixes=suffixes)
+        if suffixes == export.CHECKPOINT_WEIGHTS_SUFFIXES:
+            released.append(size)
+        return size
+
+    monkeypatch.setattr(pages, "release_file_mappings", recorded)
+    dropped = export.export_to_openvino(bf16_checkpoint, tmp_path / "dropped") / "openvino_model.bin"
+    assert sum(released) > 0  # PyTorch's mapping of model.safetensors, dropped while optimum-intel ran
+    assert dropped.read_bytes() == (exports[export.CHECKPOINT_PRECISION] / "openvino_model.bin").read_bytes()
+    monkeypatch.setattr(export, "releasing_file_pages", lambda **_: contextlib.nullcontext())
+    kept = export.export_to_openvino(bf16_checkpoint, tmp_path / "kept") / "openvino_model.bin"
+    assert kept.read_bytes() == dropped.read_bytes()
 
 
 def test_an_unknown_precision_is_refused(bf16_checkpoint: Path, tmp_path: Path) -> None:

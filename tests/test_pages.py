@@ -97,6 +97,68 @@ def test_every_read_only_mapping_of_a_file_is_dropped_and_reads_back(tmp_path: P
     assert pages.release_file_mappings(tmp_path / "missing.bin") == 0
 
 
+def test_an_unwritten_copy_on_write_mapping_is_dropped_and_a_written_one_kept(tmp_path: Path) -> None:
+    # PyTorch maps a checkpoint's .safetensors files private and writable (copy-on-write).
+    expected = np.random.default_rng(5).standard_normal(1 << 20).astype(np.float32)
+    path = (tmp_path / "model.safetensors").resolve()
+    expected.tofile(path)
+    mapped = np.memmap(path, dtype=np.float32, mode="c")
+    total = float(mapped.sum())
+    assert _file_mapping_rss_kib(path) >= 4096 - 8
+    assert pages.release_file_mappings(suffixes=(".safetensors",)) >= expected.nbytes
+    assert _file_mapping_rss_kib(path) == 0
+    assert float(mapped.sum()) == total  # read back from the file
+    mapped[7] = 123.0  # one page is now the process's own copy
+    float(mapped.sum())
+    assert pages.release_file_mappings(path) == 0
+    assert _file_mapping_rss_kib(path) >= 4096 - 8
+    assert mapped[7] == 123.0
+    np.testing.assert_array_equal(mapped[8:], expected[8:])
+    assert np.fromfile(path, dtype=np.float32)[7] == expected[7]  # the file never changes
+
+
+def test_releasing_file_pages_by_suffix_drops_a_checkpoint_read_in_the_body(tmp_path: Path) -> None:
+    path = (tmp_path / "model-00001-of-00002.safetensors").resolve()
+    np.ones(1 << 20, dtype=np.float32).tofile(path)
+    other = (tmp_path / "other.bin").resolve()
+    np.ones(1 << 20, dtype=np.float32).tofile(other)
+    mapped, kept = np.memmap(path, dtype=np.float32, mode="c"), np.memmap(other, dtype=np.float32, mode="r")
+    with pages.releasing_file_pages(suffixes=(".safetensors",), interval=0.01):
+        assert float(mapped.sum()) + float(kept.sum()) == 2 * (1 << 20)
+        assert _resident_within(path, 0)
+    assert _file_mapping_rss_kib(other) >= 4096 - 8  # not named: left resident
+
+
+SMAPS = """\
+7f0000000000-7f0000100000 rw-p 00000000 fe:00 123 /ckpt/a.safetensors
+Size:               1024 kB
+Rss:                1024 kB
+Anonymous:             0 kB
+VmFlags: rd wr mr mw me ac
+7f0000100000-7f0000200000 rw-p 00000000 fe:00 124 /ckpt/b.safetensors
+Size:               1024 kB
+Rss:                1024 kB
+Anonymous:             4 kB
+VmFlags: rd wr mr mw me ac
+00400000-00401000 rw-p 00000000 fe:00 125 /ckpt/c.safetensors
+Anonymous:             0 kB
+"""
+
+
+@pytest.mark.parametrize(
+    ("addresses", "expected"),
+    [
+        pytest.param(["7f0000000000-7f0000100000"], ["7f0000000000-7f0000100000"], id="unwritten"),
+        pytest.param(["7f0000100000-7f0000200000"], [], id="one-page-written"),
+        pytest.param(["00400000-00401000"], ["00400000-00401000"], id="zero-padded-low-address"),
+        pytest.param(["0400000-00401000"], [], id="not-a-whole-header"),
+        pytest.param(["7f0000300000-7f0000400000"], [], id="unmapped-since"),
+    ],
+)
+def test_unwritten_private_mappings(addresses: list[str], expected: list[str]) -> None:
+    assert pages.unwritten_private_mappings(addresses, SMAPS) == expected
+
+
 @pytest.mark.parametrize("dtype", [ov.Type.f32, ov.Type.bf16], ids=["f32", "bf16"])
 def test_compression_of_a_model_on_disk_drops_its_pages_and_writes_the_same_model(
     tmp_path: Path, dtype: ov.Type, monkeypatch: pytest.MonkeyPatch

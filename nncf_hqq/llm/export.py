@@ -21,8 +21,11 @@ from nncf_hqq.llm.layout import DETOKENIZER_XML
 from nncf_hqq.llm.layout import HF_CONFIG
 from nncf_hqq.llm.layout import TOKENIZER_XML
 from nncf_hqq.llm.staging import build_dir_once
+from nncf_hqq.openvino.pages import releasing_file_pages
 
 LLM_TASK = "text-generation-with-past"
+#: The weights files of a checkpoint that PyTorch maps into memory while optimum-intel exports it.
+CHECKPOINT_WEIGHTS_SUFFIXES = (".safetensors",)
 #: ``export_to_openvino``'s dtype that keeps the checkpoint's own precision (optimum-intel's ``OVConfig`` dtype).
 CHECKPOINT_PRECISION = "auto"
 ENCODER_TASK = "feature-extraction"
@@ -280,6 +283,9 @@ def export_to_openvino(
     ``"fp32"`` writes fp32 constants (the accuracy protocol's models).
     ``convert_tokenizer``: optimum-intel also writes the OpenVINO tokenizer IRs, as ``optimum-cli`` does (for a
     vision-language model it puts the processor's chat template into them).
+    While optimum-intel converts the model, the pages of the checkpoint's weights files that PyTorch maps are dropped
+    as they are read (``releasing_file_pages``, as long as PyTorch has written none of them): they would otherwise
+    stay resident until the export ends, and count in the process's peak beside what the export itself holds.
     """
     out = Path(out_dir)
     if dtype not in (CHECKPOINT_PRECISION, "fp32"):
@@ -292,7 +298,7 @@ def export_to_openvino(
         from optimum.intel import OVConfig
 
         ov_config = OVConfig(dtype=dtype, quantization_config=None)
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), releasing_file_pages(suffixes=CHECKPOINT_WEIGHTS_SUFFIXES):
             warnings.filterwarnings("ignore", category=_tracer_warning())
             main_export(
                 str(hf_dir_or_id),

@@ -6,6 +6,8 @@ the end, the whole checkpoint. ``release_file_pages`` tells the kernel the proce
 array that lies in such a mapping (``madvise(MADV_DONTNEED)``). Nothing changes for the program: the mapping
 stays, and a later read of the array faults the same bytes in again from the file. Anything else (an array in
 anonymous or writable memory, another operating system) is left as it is: there, dropping pages could lose data.
+The one writable kind dropped is a copy-on-write file mapping none of whose pages has been written (how PyTorch maps
+a checkpoint's ``.safetensors`` files while optimum-intel exports it), checked on every drop.
 
 OpenVINO's CPU plugin packs a float model's weights into its own memory during the compiled model's first inference,
 reading them from the mapping: without ``releasing_file_pages`` around it, the process holds the whole file's pages
@@ -118,27 +120,64 @@ def release_model_pages(model: Any) -> int:
     return released
 
 
-def release_file_mappings(*paths: str | os.PathLike[str]) -> int:
-    """Drops the resident pages of every read-only mapping of the files ``paths`` in this process (e.g. an IR's
-    ``.bin``, which every model read from it maps), whoever holds them: a model compressed by code that does not
-    release its weights' pages as it goes (NNCF's own writer) keeps the pages it read resident until it is freed.
-    As with ``release_file_pages``, a later read faults the same bytes in again. Returns the size of the
-    mappings dropped, in bytes."""
+def release_file_mappings(*paths: str | os.PathLike[str], suffixes: tuple[str, ...] = ()) -> int:
+    """Drops the resident pages of this process's mappings of the files ``paths``, and of any file whose name ends
+    with one of ``suffixes``, whoever holds them: a model compressed by code that does not release its weights'
+    pages as it goes (NNCF's own writer) keeps the pages it read resident until it is freed; PyTorch keeps a
+    checkpoint's ``.safetensors`` files mapped while optimum-intel exports it.
+
+    Read-only mappings (an IR's ``.bin``, which OpenVINO maps shared) are dropped whole. A copy-on-write mapping
+    (private and writable, as PyTorch maps a checkpoint) is dropped only while none of its pages has been written
+    (``unwritten_private_mappings``): its resident pages are then the file's own bytes. A written page is the
+    process's data, so such a mapping is left as it is. As with ``release_file_pages``, a later read faults the same
+    bytes in again. Returns the size of the mappings dropped, in bytes."""
     madvise = _madvise()
     targets = {os.path.realpath(path) for path in paths}
     targets = {target for target in targets if os.path.isfile(target)}
-    if madvise is None or not targets:
+    if madvise is None or not (targets or suffixes):
         return 0
     with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
         lines = maps.read().splitlines()
-    released = 0
+    read_only: list[str] = []
+    private: list[str] = []
     for line in lines:
         fields = line.split(maxsplit=5)
-        if len(fields) == 6 and fields[5].strip() in targets and fields[1][:2] == "r-":
-            low, high = (int(x, 16) for x in fields[0].split("-"))
-            if madvise(ctypes.c_void_p(low), ctypes.c_size_t(high - low), MADV_DONTNEED) == 0:
-                released += high - low
+        if len(fields) != 6:
+            continue
+        path = fields[5].strip()
+        if path not in targets and not (suffixes and path.startswith("/") and path.endswith(suffixes)):
+            continue
+        if fields[1][:2] == "r-":
+            read_only.append(fields[0])
+        elif fields[1][:2] == "rw" and fields[1][3] == "p":
+            private.append(fields[0])
+    if private:
+        with open("/proc/self/smaps", encoding="utf-8", errors="replace") as smaps:
+            read_only.extend(unwritten_private_mappings(private, smaps.read()))
+    released = 0
+    for addresses in read_only:
+        low, high = (int(x, 16) for x in addresses.split("-"))
+        if madvise(ctypes.c_void_p(low), ctypes.c_size_t(high - low), MADV_DONTNEED) == 0:
+            released += high - low
     return released
+
+
+def unwritten_private_mappings(addresses: list[str], smaps: str) -> list[str]:
+    """The copy-on-write mappings among ``addresses`` (each as ``/proc/self/maps`` writes its range, ``low-high``)
+    none of whose pages has been written, by ``smaps`` (``/proc/self/smaps``'s text): a written page of a private
+    file mapping becomes an anonymous copy, so the mapping's ``Anonymous:`` field is 0 kB exactly while every
+    resident page is the file's. A mapping missing from ``smaps`` (unmapped since) is left out."""
+    text = "\n" + smaps
+    unwritten = []
+    for range_text in addresses:
+        header = text.find(f"\n{range_text} ")
+        field = text.find("\nAnonymous:", header + 1)  # every mapping's block has one: the first is this one's
+        if header < 0 or field < 0:
+            continue
+        value = text[field + len("\nAnonymous:") : text.find("\n", field + 1)].split()
+        if value and value[0] == "0":
+            unwritten.append(range_text)
+    return unwritten
 
 
 #: Seconds between two drops of ``releasing_file_pages``.
@@ -146,9 +185,12 @@ RELEASE_INTERVAL = 0.25
 
 
 @contextmanager
-def releasing_file_pages(*paths: str | os.PathLike[str], interval: float = RELEASE_INTERVAL) -> Iterator[None]:
-    """While the body runs, a background thread drops the resident pages of this process's read-only mappings of
-    ``paths`` every ``interval`` seconds (``release_file_mappings``), and once more when it ends.
+def releasing_file_pages(
+    *paths: str | os.PathLike[str], suffixes: tuple[str, ...] = (), interval: float = RELEASE_INTERVAL
+) -> Iterator[None]:
+    """While the body runs, a background thread drops the resident pages of this process's mappings of ``paths``
+    and of the files whose names end with ``suffixes`` every ``interval`` seconds (``release_file_mappings``: the
+    read-only ones, and the copy-on-write ones not written), and once more when it ends.
 
     For work that reads a weights file once and keeps what it needs elsewhere (a compiled model packing its weights,
     a compression): the pages it has read stop counting in the process's memory within ``interval``, instead of
@@ -161,7 +203,7 @@ def releasing_file_pages(*paths: str | os.PathLike[str], interval: float = RELEA
 
     def loop() -> None:
         while not stop.wait(interval):
-            release_file_mappings(*paths)
+            release_file_mappings(*paths, suffixes=suffixes)
 
     thread = threading.Thread(target=loop, name="nncf-hqq-release-pages", daemon=True)
     thread.start()
@@ -170,4 +212,4 @@ def releasing_file_pages(*paths: str | os.PathLike[str], interval: float = RELEA
     finally:
         stop.set()
         thread.join()
-        release_file_mappings(*paths)
+        release_file_mappings(*paths, suffixes=suffixes)
