@@ -21,11 +21,9 @@ from openvino import opset13 as opset
 
 from nncf_hqq.kernels import runtime
 from nncf_hqq.kernels.refine import numpy_f32
+from nncf_hqq.kernels.runtime import CACHE_SIZE
 from nncf_hqq.maths import core
 from nncf_hqq.maths.core import levels_max
-
-#: Compiled models kept (one per block, layer shape, sample count, bit width, rounds and starts).
-CACHE_SIZE = 16
 
 
 def refine_scale_on_activations(

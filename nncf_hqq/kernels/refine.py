@@ -36,6 +36,7 @@ from openvino import opset13 as opset
 
 from nncf_hqq._nncf import CompressedWeight
 from nncf_hqq.kernels import runtime
+from nncf_hqq.kernels.runtime import CACHE_SIZE
 from nncf_hqq.maths.conversion import contiguous
 from nncf_hqq.maths.conversion import encode
 from nncf_hqq.maths.conversion import hqq_to_nncf
@@ -53,10 +54,6 @@ from nncf_hqq.maths.core import with_unit_gain as with_unit_gain_reference
 from nncf_hqq.maths.solver import refine_scale_and_zero
 from nncf_hqq.parameters import HQQParameters
 from nncf_hqq.parameters import ZeroPointFormat
-
-#: Compiled models kept (one per group size, bit width, evaluations, zero-point kind, weighting and chunk kind).
-CACHE_SIZE = 16
-
 
 #: Evaluations of the refinement's chunks with an integer zero point, the last repeated (``refine_chunks``); after
 #: each chunk the groups whose next candidate repeats their last one leave it (``SettlingRefinement``).

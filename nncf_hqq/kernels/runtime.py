@@ -41,7 +41,8 @@ SUPPORTED_DTYPES = (TensorDataType.float16, TensorDataType.bfloat16, TensorDataT
 BLOCK_ELEMENTS = 256 * 1024
 
 
-#: Compiled models kept (one per group size, bit width, unroll depth and shrinkage kind).
+#: Compiled models each builder of a kernel keeps (an LRU cache per builder: one model per shape, bit width and
+#: variant of the maths it compiles).
 CACHE_SIZE = 16
 
 

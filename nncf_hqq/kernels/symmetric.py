@@ -32,6 +32,7 @@ from nncf_hqq._nncf import CompressedWeight
 from nncf_hqq.kernels import proximal
 from nncf_hqq.kernels import refine
 from nncf_hqq.kernels import runtime
+from nncf_hqq.kernels.runtime import CACHE_SIZE
 from nncf_hqq.maths.conversion import contiguous
 from nncf_hqq.maths.conversion import to_symmetric_compressed_weight
 from nncf_hqq.maths.core import F16_MAX
@@ -48,9 +49,6 @@ from nncf_hqq.maths.solver import SHRINK_MARGIN
 from nncf_hqq.maths.solver import optimize_scale_proximal
 from nncf_hqq.maths.solver import scale_proximal_step
 from nncf_hqq.parameters import HQQParameters
-
-#: Compiled models kept (one per group size, bit width, rounds and weighting).
-CACHE_SIZE = 16
 
 
 def compress(
