@@ -26,9 +26,9 @@ Parts (``--parts``):
   is about 6 GB), g128, 20 windows; runs holding ``--lock`` (the machine's memory lock).
 - ``minilm``, ``mpnet``: all-MiniLM-L6-v2 and all-mpnet-base-v2 (genuine float weights), g64, mean and minimum
   cosine of mean-pooled embeddings of 200 WikiText-2 lines against the float encoder's.
-- ``time``: compression time of RTN and of each ``--timed`` tree, alternated, median of ``--repeats``, on SmolLM2,
-  on eight 2048x2048 MatMuls and on one decoder layer's MatMuls at Qwen2.5-1.5B's shapes (q/k/v with biases, o,
-  gate, up, down; random weights, g128, every layer compressed).
+- ``time``: compression time of RTN and of each ``--timed`` tree (or tree with one parameter changed), alternated,
+  median of ``--repeats``, on SmolLM2, on eight 2048x2048 MatMuls and on one decoder layer's MatMuls at
+  Qwen2.5-1.5B's shapes (q/k/v with biases, o, gate, up, down; random weights, g128, every layer compressed).
 """
 
 from __future__ import annotations
@@ -191,6 +191,23 @@ def parse_ablations(text: str, trees: dict[str, Path]) -> dict[str, Row]:
         parse_param(param)
         rows[f"{name} {param}"] = Row(trees[name], (param,))
     return rows
+
+
+def parse_timed(text: str, trees: dict[str, Path]) -> dict[str, Row]:
+    """``NAME,...`` -> the rows timed against RTN: a tree with its defaults (``TREE``) or with one HQQ parameter
+    changed (``TREE:FIELD=VALUE``, named as ``--ablations`` names it); every tree when ``text`` is empty."""
+    rows: dict[str, Row] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        if ":" in item:
+            rows.update(parse_ablations(item, trees))
+        elif item in trees:
+            rows[item] = Row(trees[item])
+        else:
+            msg = f"--timed: {item!r} is neither a tree in --trees nor TREE:FIELD=VALUE"
+            raise ValueError(msg)
+    return rows or {name: Row(tree) for name, tree in trees.items()}
 
 
 def parse_rows(text: str, trees: dict[str, Path]) -> dict[str, Row]:
@@ -552,7 +569,9 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="accuracy: no row of a tree with its defaults, only the --ablations and --rows rows (and rtn)",
     )
-    parser.add_argument("--timed", default="", help="NAME,...: the trees timed against RTN (default: all)")
+    parser.add_argument(
+        "--timed", default="", help="NAME,...: the trees (TREE or TREE:FIELD=VALUE) timed against RTN (default: all)"
+    )
     parser.add_argument("--parts", default=",".join(PARTS), help=f"any of {','.join(PARTS)}")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--lock", default=MEMORY_LOCK, help="held during the qwen part; 'none' for no lock")
@@ -572,9 +591,10 @@ def main(argv: list[str] | None = None) -> None:
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     if unknown := sorted(set(parts) - set(PARTS)):
         parser.error(f"--parts: unknown {unknown}")
-    timed = [t.strip() for t in args.timed.split(",") if t.strip()] or list(trees)
-    if unknown := sorted(set(timed) - set(trees)):
-        parser.error(f"--timed: not in --trees: {unknown}")
+    try:
+        timed = parse_timed(args.timed, trees)
+    except ValueError as error:
+        parser.error(str(error))
 
     import nncf
     import openvino as ov
@@ -613,8 +633,7 @@ def main(argv: list[str] | None = None) -> None:
             elif part in ("minilm", "mpnet"):
                 record["parts"][part] = encoder_part(part, rows, Path(tmp), reused.get(part))
             else:
-                timed_rows = {"rtn": Row(None), **{name: Row(trees[name]) for name in timed}}
-                record["parts"]["time"] = time_part(timed_rows, args.repeats, Path(tmp))
+                record["parts"]["time"] = time_part({"rtn": Row(None), **timed}, args.repeats, Path(tmp))
             print(f"[{part} done in {time.perf_counter() - start:.0f} s]", flush=True)
             if args.out:  # written after every part: a long run keeps what it measured
                 args.out.parent.mkdir(parents=True, exist_ok=True)

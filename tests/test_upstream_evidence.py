@@ -84,6 +84,18 @@ def test_parse_ablations_refuses(tmp_path: Path, text: str, message: str) -> Non
         evidence.parse_ablations(text, {"core": tmp_path})
 
 
+def test_timed_rows_are_trees_or_trees_with_one_parameter_changed(tmp_path: Path) -> None:
+    trees = {"core": tmp_path / "core", "pr": tmp_path / "pr"}
+    rows = evidence.parse_timed("core, core:num_iterations=0", trees)
+    assert rows == {
+        "core": evidence.Row(trees["core"]),
+        "core num_iterations=0": evidence.Row(trees["core"], ("num_iterations=0",)),
+    }
+    assert evidence.parse_timed("", trees) == {name: evidence.Row(tree) for name, tree in trees.items()}
+    with pytest.raises(ValueError, match="neither a tree"):
+        evidence.parse_timed("old", trees)
+
+
 def test_rows_set_mode_hqq_parameters_and_self_calibration(tmp_path: Path) -> None:
     rows = evidence.parse_rows(
         "rtn:mode=INT4_SYM, t:hqq.integer_zero_point=True+mode=INT4_SYM,"
