@@ -213,6 +213,12 @@ def _add_compress_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="run even when a phase's estimated memory exceeds the memory available (default: refused up front)",
     )
+    p.add_argument(
+        "--no-disk-check",
+        action="store_true",
+        help="run even when a phase would write more to a disk than is free on it (the export to TMPDIR, the "
+        "scratch files and OUT beside OUT; default: refused up front)",
+    )
     stand_in = p.add_mutually_exclusive_group()
     stand_in.add_argument(
         "--int8-stand-in",

@@ -11,6 +11,7 @@ failure later raises NNCF's or the stack's error. OUT is written beside its plac
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +30,8 @@ from nncf_hqq.llm.cpu import TARGET_CPUS
 from nncf_hqq.llm.cpu import this_cpu
 from nncf_hqq.llm.cpu import zero_point_advice
 from nncf_hqq.llm.cpu import zero_point_for
+from nncf_hqq.llm.disk import check_compress_disk
+from nncf_hqq.llm.disk import compress_disk_uses
 from nncf_hqq.llm.encoders import calibration_dataset as encoder_calibration_dataset
 from nncf_hqq.llm.encoders import is_encoder
 from nncf_hqq.llm.encoders import loader_hint
@@ -143,7 +146,8 @@ def compress(
     ``group_size=64, self_calibration=False``). ``log`` receives the progress lines (default ``nncf_logger.info``).
 
     Raises ``OptionError`` (a ``ValueError``) for bad options, before anything is read; ``NotEnoughMemoryError``
-    when a phase would not fit in memory (``memory_check=False`` runs it anyway); NNCF's and the stack's errors
+    when a phase would not fit in memory (``memory_check=False`` runs it anyway), ``NotEnoughDiskError`` when it
+    would write more than a disk has free (``disk_check=False``); NNCF's and the stack's errors
     later. OUT is replaced only when the new one is complete.
     """
     return CompressJob(JobOptions(**options), log or nncf_logger.info).run(model, Path(out))
@@ -183,20 +187,21 @@ class CompressJob:
                 if source.kind == VLM_IR_DIR and out.resolve() == source.path.resolve():
                     raise OptionError(same)
                 check_vlm_options(self.options)
-                self._check_memory(source)
+                self._check_memory(source, out)
                 return self._compress_vlm(source, out)
             if self.options.backend == "torch":
                 if source.kind == HF_DIR and out.resolve() == source.path.resolve():
                     raise OptionError(same)
                 return self._compress_in_torch(source, out)
-            self._check_memory(source)
+            self._check_memory(source, out)
             return self._compress_in_openvino(source, out)
 
     # ----------------------------------------------------------------------------------------------------------------
     # OpenVINO
     # ----------------------------------------------------------------------------------------------------------------
-    def _check_memory(self, source: ModelSource) -> None:
-        """The memory estimates of the phases to run, and the refusal of a run that would not fit."""
+    def _check_memory(self, source: ModelSource, out: Path) -> None:
+        """The memory and disk estimates of the phases to run, and the refusal of a run that would not fit in the
+        memory available or on the disks it writes to (``nncf_hqq.llm.disk``)."""
         options = self.options
         try:
             size = vlm_ir_size(source.path) if source.kind == VLM_IR_DIR else source.size()
@@ -229,6 +234,16 @@ class CompressJob:
         )
         self.estimates = plan.estimates
         self.stand_in, self.stand_in_reason = plan.stand_in, plan.why
+        uses = compress_disk_uses(
+            size,
+            source.export is not None,
+            generation if self_calibrates else None,
+            held_out,
+            plan.stand_in,
+            Path(tempfile.gettempdir()),
+            out.resolve(),
+        )
+        check_compress_disk(source.name, uses, self.log, refuse=options.disk_check)
 
     def _compress_in_openvino(self, source: ModelSource, out: Path) -> CompressionResult:
         options, timer = self.options, self.timer

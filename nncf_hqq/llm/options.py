@@ -298,6 +298,8 @@ class JobOptions(RecipeOptions):
     :param task: ``"auto"`` (inferred as optimum infers it), ``"text-generation"``, ``"feature-extraction"`` or
         ``"image-text-to-text"``.
     :param memory_check: refuse, before anything starts, a run whose phases need more memory than is available.
+    :param disk_check: refuse, before anything starts, a run whose phases write more to a disk than is free on it
+        (the export to the system's temporary directory, ``TMPDIR``; the scratch files and OUT beside OUT).
     :param int8_stand_in: self-calibrated: an INT8 copy of the float model runs the phases that only need its outputs
         (the output check's reference, the self-calibration text, the statistics; ``nncf_hqq.llm.stand_in``), in
         about half the memory of bf16 weights. None (default): only where a phase of the float model would not fit
@@ -318,6 +320,7 @@ class JobOptions(RecipeOptions):
     tokenizer: Path | None = None
     task: str = AUTO_TASK
     memory_check: bool = True
+    disk_check: bool = True
     int8_stand_in: bool | None = None
     memory_budget: float | None = None
     backend: str = "auto"
