@@ -231,6 +231,7 @@ class CompressJob:
             refuse=options.memory_check,
             stand_in=options.int8_stand_in,
             available=None if options.memory_budget is None else int(options.memory_budget * GIB),
+            vision_language=source.vlm,
         )
         self.estimates = plan.estimates
         self.stand_in, self.stand_in_reason = plan.stand_in, plan.why

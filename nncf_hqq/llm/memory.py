@@ -60,6 +60,11 @@ BASELINE_BYTES = int(0.8 * GIB)
 #: Export's peak resident memory over the checkpoint's bytes: PyTorch maps the checkpoint and the model loaded in its
 #: precision keeps its tensors in that mapping, whose pages the conversion reads (measured 0.8-1.05x on a bf16 7B).
 EXPORT_FACTOR = 1.0
+#: Export's peak of a vision-language model over the checkpoint's bytes, anonymous memory the system cannot drop:
+#: optimum-intel's image-text-to-text export holds more than two copies of the weights while it converts the parts
+#: (Qwen2.5-VL-3B's shapes, bf16, 6.99 GiB: 16.84 GiB anonymous, 17.91 resident; optimum-cli's own int4 export of it
+#: 16.6 anonymous; AMD EPYC, 2026-12-07).
+VLM_EXPORT_FACTOR = 2.5
 #: Compressed bytes per parameter: INT4 codes (0.5), a scale and zero point per group of 64 (0.06), the embeddings
 #: and the output head in INT8 (their share is counted at 1 byte in ``compressed_bytes``).
 INT4_BYTES_PER_PARAMETER = 0.56
@@ -243,15 +248,23 @@ class PhaseEstimate:
 
 
 def compress_estimates(
-    size: ModelSize, export: bool, generation: SelfCalibration | None, held_out: int, stand_in: bool = False
+    size: ModelSize,
+    export: bool,
+    generation: SelfCalibration | None,
+    held_out: int,
+    stand_in: bool = False,
+    vision_language: bool = False,
 ) -> list[PhaseEstimate]:
     """The phases the compress job will run on a model of ``size`` and the peak memory each needs: ``export`` (a HF
-    model), self-calibrated with ``generation`` (its sequences; None: data-free), output-checked on ``held_out``
-    generated sequences (0: no check), with the float model's INT8 stand-in in the phases ``STAND_IN_PHASES``
-    names when ``stand_in``."""
+    model; ``vision_language``: exported as image-text-to-text), self-calibrated with ``generation`` (its sequences;
+    None: data-free), output-checked on ``held_out`` generated sequences (0: no check), with the float model's INT8
+    stand-in in the phases ``STAND_IN_PHASES`` names when ``stand_in``."""
     compressed = size.compressed_bytes()
     phases = []
-    if export:
+    if export and vision_language:
+        copies = int(VLM_EXPORT_FACTOR * size.stored_bytes)
+        phases.append(PhaseEstimate(EXPORT_PHASE, (("vision-language export's copies of the weights", copies),)))
+    elif export:
         pages = int(EXPORT_FACTOR * size.stored_bytes)
         converted = size.largest * size.stored_bytes // max(size.parameters, 1)  # the largest weight, as stored
         parts: tuple[tuple[str, int], ...] = (("checkpoint being converted", pages),)
@@ -341,11 +354,13 @@ def check_compress_memory(
     refuse: bool = True,
     stand_in: bool | None = False,
     available: int | None = None,
+    vision_language: bool = False,
 ) -> MemoryPlan:
     """The estimates of every phase the compress job will run (``compress_estimates``), the largest logged, within
     ``available`` bytes (default: what the system has available, ``available_bytes``).
 
-    ``stand_in``: True or False runs the phases as asked; None (automatic) runs the float model where every phase
+    ``vision_language``: a HF vision-language model, exported as image-text-to-text. ``stand_in``: True or False
+    runs the phases as asked; None (automatic) runs the float model where every phase
     fits, and the INT8 stand-in where only it fits (logged, with the estimate that did not fit). With ``refuse``,
     ``NotEnoughMemoryError`` names the phases that exceed the memory available and the options that fit.
     """
@@ -356,17 +371,18 @@ def check_compress_memory(
         stand_in = why is not None
         if why is not None:
             log(f"memory: {why}")
-    estimates = compress_estimates(size, export, generation, held_out, stand_in)
+    estimates = compress_estimates(size, export, generation, held_out, stand_in, vision_language)
     peak = max(estimates, key=lambda e: e.total)
     log(f"memory: {peak.describe()} at most; {available / GIB:.1f} GiB available")
     over = too_large(estimates, available)
     if not over or not refuse:
         return MemoryPlan(tuple(estimates), stand_in, why)
     fits = []
-    with_stand_in = compress_estimates(size, export, generation, held_out, stand_in=True)
+    with_stand_in = compress_estimates(size, export, generation, held_out, True, vision_language)
     if generation is not None and not stand_in and not too_large(with_stand_in, available):
         fits.append("{int8_stand_in}")
-    if generation is not None and not too_large(compress_estimates(size, export, None, 0), available):
+    data_free = compress_estimates(size, export, None, 0, vision_language=vision_language)
+    if generation is not None and not too_large(data_free, available):
         fits.append("{no_self_calibration} (data-free)")
     instead = f"; {' or '.join(fits)} fits" if fits else ""
     if any(e.phase == EXPORT_PHASE for e in over):
