@@ -31,6 +31,8 @@ SAVING_PHASE = "saving"
 LOGIT_BYTES = 4
 #: Candidates of the output check on disk at once: the one kept so far and the one being evaluated.
 CANDIDATES_ON_DISK = 2
+#: What the export writes, in ``TMPDIR`` (the refusal's hint tells it from the files beside OUT by this name).
+EXPORTED_IR = "exported IR"
 
 
 @dataclass(frozen=True)
@@ -54,18 +56,14 @@ def compress_disk_uses(
     model, into ``temp_dir``), the INT8 stand-in (``stand_in`` and self-calibrated with ``generation``), the output
     check (``held_out`` sequences of ``generation.seq_len`` tokens; 0: no check) and the saving of ``out``."""
     scratch = out.parent  # the stand-in and the output check's files (compress_job)
-    held: list[tuple[Path, str, int]] = []
-    if export:
-        held.append((temp_dir, "exported IR", size.stored_bytes))
-    uses = [DiskUse(EXPORT_PHASE, tuple(held))] if export else []
+    exported = [(temp_dir, EXPORTED_IR, size.stored_bytes)] if export else []
+    held = list(exported)  # what stays on disk from one phase to the next
+    uses = [DiskUse(EXPORT_PHASE, tuple(exported))] if export else []
     if generation is not None and stand_in:
         first_part = (size.stored_bytes + size.stand_in_bytes()) // 2  # half the weights still as stored
-        writing = (
-            (scratch, "the stand-in's first part", first_part),
-            (scratch, "INT8 stand-in", size.stand_in_bytes()),
-        )
-        uses.append(DiskUse(STAND_IN_PHASE, (*held, *writing)))
-        held.append((scratch, "INT8 stand-in", size.stand_in_bytes()))
+        stand_in_file = (scratch, "INT8 stand-in", size.stand_in_bytes())
+        uses.append(DiskUse(STAND_IN_PHASE, (*held, (scratch, "the stand-in's first part", first_part), stand_in_file)))
+        held.append(stand_in_file)
     if generation is not None and held_out:
         vocabulary = size.decoder.vocabulary if size.decoder is not None else 0
         logits = held_out * generation.seq_len * vocabulary * LOGIT_BYTES
@@ -74,7 +72,7 @@ def compress_disk_uses(
             (scratch, f"{CANDIDATES_ON_DISK} compressed candidates", CANDIDATES_ON_DISK * size.compressed_bytes()),
         )
         uses.append(DiskUse(OUTPUT_CHECK_PHASE, (*held, *checking)))
-    exported = [f for f in held if f[1] == "exported IR"]  # the stand-in is removed before OUT is saved
+    # the stand-in and the check's files are removed before OUT is saved
     uses.append(DiskUse(SAVING_PHASE, (*exported, (scratch, "compressed model", size.compressed_bytes()))))
     return uses
 
@@ -154,9 +152,9 @@ def check_compress_disk(
         return short
     temp = existing_ancestor(Path(tempfile.gettempdir()))
     hints = []
-    if any(what == "exported IR" for s in short for what, _ in s.files):
+    if any(what == EXPORTED_IR for s in short for what, _ in s.files):
         hints.append(f"TMPDIR=DIR moves the export out of {temp}")
-    if any(what != "exported IR" for s in short for what, _ in s.files):
+    if any(what != EXPORTED_IR for s in short for what, _ in s.files):
         hints.append("an {out} on a larger disk takes the rest")
     msg = "not enough disk space for {model_path}: {needs}; " + "; ".join(hints) + " ({no_disk_check} runs it anyway)"
     needs = "; ".join(s.describe() for s in short)
