@@ -111,6 +111,7 @@ def main(argv: list[str] | None = None) -> None:
 
     import inference
     import openvino as ov
+    from upstream_evidence import Row
     from upstream_evidence import compress
     from upstream_evidence import tree_identity
 
@@ -136,8 +137,8 @@ def main(argv: list[str] | None = None) -> None:
             ov.save_model(inference.qwen_layers(hidden, intermediate, kv, layers), float_ir, compress_to_fp16=False)
             irs = {"u4": workdir / f"{shape}_u4.xml", "f16": workdir / f"{shape}_f16.xml"}
             seconds = {
-                "u4": compress(float_ir, irs["u4"], GROUP_SIZE, None, all_layers=True),
-                "f16": compress(float_ir, irs["f16"], GROUP_SIZE, args.tree, all_layers=True),
+                "u4": compress(float_ir, irs["u4"], GROUP_SIZE, Row(None), all_layers=True),
+                "f16": compress(float_ir, irs["f16"], GROUP_SIZE, Row(args.tree), all_layers=True),
             }
             float_ir.unlink()
             float_ir.with_suffix(".bin").unlink()
