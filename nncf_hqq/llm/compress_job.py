@@ -187,19 +187,19 @@ class CompressJob:
                 if source.kind == VLM_IR_DIR and out.resolve() == source.path.resolve():
                     raise OptionError(same)
                 check_vlm_options(self.options)
-                self._check_memory(source, out)
+                self._check_resources(source, out)
                 return self._compress_vlm(source, out)
             if self.options.backend == "torch":
                 if source.kind == HF_DIR and out.resolve() == source.path.resolve():
                     raise OptionError(same)
                 return self._compress_in_torch(source, out)
-            self._check_memory(source, out)
+            self._check_resources(source, out)
             return self._compress_in_openvino(source, out)
 
     # ----------------------------------------------------------------------------------------------------------------
     # OpenVINO
     # ----------------------------------------------------------------------------------------------------------------
-    def _check_memory(self, source: ModelSource, out: Path) -> None:
+    def _check_resources(self, source: ModelSource, out: Path) -> None:
         """The memory and disk estimates of the phases to run, and the refusal of a run that would not fit in the
         memory available or on the disks it writes to (``nncf_hqq.llm.disk``)."""
         options = self.options
