@@ -32,7 +32,7 @@ LLM_LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundations", ("timing", "cpu", "staging", "logs", "layout", "records")),
     ("inputs", ("export", "texts", "reports")),
     ("options, models and metrics", ("options", "zoo", "evaluation")),
-    ("checks", ("sanity", "memory", "encoders", "stand_in")),
+    ("checks", ("sanity", "memory", "disk", "encoders", "stand_in")),
     ("steps", ("compression", "source")),
     ("stages", ("output_check", "writing", "vlm")),
     ("jobs", ("compress_job", "evaluate_job")),
