@@ -268,11 +268,13 @@ HQQ_DEFAULT = HQQParameters()
 HQQ_TOKEN_ROWS = HQQ_DEFAULT.replace(calibration_token_rows=32)
 
 #: What NNCF with HQQ's core pull request (upstream/, patch 0001) writes with its default ``AdvancedHQQParameters``:
-#: HQQ's zero-point iterations and 5 least-squares rounds that clip no extreme weight, NNCF's RTN for the attention
-#: value projections, without input weighting, RTN guard or unit gain (later patches of the series add those back:
-#: their sum is ``HQQ_DEFAULT``). 0001 has no compiled kernels: it writes the bytes of this preset's numpy
+#: HQQ's zero-point iterations and NNCF's RTN for the attention value projections, without least-squares rounds,
+#: input weighting, RTN guard or unit gain (0003 adds those back, the rounds beside the RTN guard that catches the
+#: groups they make worse: the series' sum is ``HQQ_DEFAULT``). 0001 has no compiled kernels: it writes the bytes of this preset's numpy
 #: references (``NNCF_DISABLE_OPTIMIZED_COMPRESSION`` set), which the kernels reproduce to f32 rounding.
-HQQ_CORE = HQQ_DEFAULT.replace(importance=Importance.NONE, rtn_guard=False, unit_gain=False, output_guard=False)
+HQQ_CORE = HQQ_DEFAULT.replace(
+    importance=Importance.NONE, rtn_guard=False, unit_gain=False, output_guard=False, refine_rounds=0
+)
 
 #: The solver exactly as published in the reference ``hqq`` library (legacy proximal solver, float zero point):
 #: min/max initialisation, 20 proximal zero-point iterations with the lp shrinkage (p = 0.7, beta = 10,

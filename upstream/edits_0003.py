@@ -13,6 +13,7 @@ from edits_0001 import ADVANCED_PARAMETERS
 from edits_0001 import ALGORITHM
 from edits_0001 import BACKEND
 from edits_0001 import OV_BACKEND
+from edits_0001 import OV_TESTS
 from edits_0001 import WEIGHT_LOWERING
 from edits_0002 import PT_BACKEND
 
@@ -119,7 +120,20 @@ PT_NORMALIZATION_AFFINE = '''
 '''
 
 EDITS: list[Edit] = [
-    # AdvancedHQQParameters: input_energy_weighting, rtn_group_fallback, unit_gain
+    # AdvancedHQQParameters: the least-squares refinement on by default (the per-group fallback keeps round-to-nearest
+    # wherever it would reconstruct a group worse), then input_energy_weighting, rtn_group_fallback, unit_gain
+    Edit(
+        ADVANCED_PARAMETERS,
+        "        Defaults to 0 (none: alone, they lower the weight error but not the model's perplexity on every"
+        " model).\n",
+        "        Defaults to 5.\n",
+    ),
+    Edit(ADVANCED_PARAMETERS, "    refinement_steps: int = 0\n", "    refinement_steps: int = 5\n"),
+    Edit(
+        OV_TESTS,
+        "'hqq_params': {'num_iterations': 20, 'refinement_steps': 0\"",
+        "'hqq_params': {'num_iterations': 20, 'refinement_steps': 5\"",
+    ),
     insert_after(
         ADVANCED_PARAMETERS,
         "        Defaults to True.\n    :type rtn_value_projections: bool\n",

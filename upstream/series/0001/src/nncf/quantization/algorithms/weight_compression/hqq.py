@@ -30,9 +30,9 @@ ATTENTION_VALUE_PORT = 2  # the values' input of a scaled dot-product attention 
 class HQQ:
     """
     Half-Quadratic Quantization (HQQ), data-free: per group a float zero point from HQQ's iterations with the scale of
-    the group's range, then least-squares steps on the scale and zero point that clip none of the group's extreme
-    weights. Returns the scales and float16 zero points; NNCF's quantization computes the codes from them. Layers
-    that produce attention values keep round-to-nearest (attention averages their errors over the tokens).
+    the group's range (then, if asked, least-squares steps on both that clip no extreme weight). Returns the scales and
+    float16 zero points; NNCF's quantization computes the codes from them. Layers that produce attention values keep
+    round-to-nearest (attention averages their errors over the tokens).
 
     Reference: H. Badri, A. Shaji, "Half-Quadratic Quantization of Large Machine Learning Models", 2023.
     """
@@ -41,14 +41,14 @@ class HQQ:
         self,
         mode: CompressWeightsMode,
         num_iterations: int = 20,
-        refinement_steps: int = 5,
+        refinement_steps: int = 0,
         rtn_value_projections: bool = True,
     ):
         """
         :param mode: The primary compression mode, INT4_ASYM or INT8_ASYM; weights in another mode (the backup mode)
             keep NNCF's round-to-nearest.
         :param num_iterations: Maximal number of HQQ's zero-point iterations.
-        :param refinement_steps: Number of least-squares steps on the scales and zero points.
+        :param refinement_steps: Number of least-squares steps on the scales and zero points (0: none).
         :param rtn_value_projections: Whether the layers that produce attention values keep round-to-nearest.
         """
         self._mode = mode
