@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -254,6 +256,26 @@ def test_solver_output_does_not_depend_on_the_thread_count(threads: int, monkeyp
     monkeypatch.setattr(zero_point_solver, "BLOCK_THREADS", threads)
     for got, expected in zip(solve(), one, strict=True):
         np.testing.assert_array_equal(got, expected)
+
+
+def test_the_blocks_run_on_the_given_pool_or_inline_when_there_is_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The zero-point loop starts its threads once and hands them to every map; one block runs on the caller."""
+    monkeypatch.setattr(zero_point_solver, "BLOCK_ELEMENTS", SMALL_BLOCKS)
+    rows = Tensor(np.arange(29 * SMALL_BLOCKS, dtype=np.float32).reshape(-1, 32))
+    names: list[str] = []
+
+    def row_sums(block: Tensor) -> tuple[Tensor]:
+        names.append(threading.current_thread().name)
+        return (fns.sum(block, axis=1, keepdims=True),)
+
+    expected = np.sum(rows.data, axis=1, keepdims=True)
+    with ThreadPoolExecutor(2, thread_name_prefix="given") as pool:
+        (got,) = zero_point_solver.map_row_blocks(row_sums, rows, pool=pool)
+    np.testing.assert_array_equal(got.data, expected)
+    assert len(names) == 29 and all(name.startswith("given") for name in names)
+    names.clear()
+    (got,) = zero_point_solver.map_row_blocks(row_sums, rows[: SMALL_BLOCKS // 32])
+    assert names == [threading.current_thread().name]
 
 
 @st.composite

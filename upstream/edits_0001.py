@@ -33,16 +33,12 @@ class AdvancedHQQParameters:
 
     :param num_iterations: Maximal number of HQQ's zero-point iterations. Defaults to 20.
     :type num_iterations: int
-    :param refinement_steps: Number of least-squares steps on the scales and zero points after HQQ's iterations.
-        Defaults to 0 (none: alone, they lower the weight error but not the model's perplexity on every model).
-    :type refinement_steps: int
     :param rtn_value_projections: Whether the layers that produce attention values keep round-to-nearest.
         Defaults to True.
     :type rtn_value_projections: bool
     """
 
     num_iterations: int = 20
-    refinement_steps: int = 0
     rtn_value_projections: bool = True
 
 
@@ -72,7 +68,7 @@ CHECK_HQQ = """
             msg = f"HQQ supports the DQ compression format only, but {compression_format.value} is given."
             raise nncf.ParameterNotSupportedError(msg)
         hqq_params = (advanced_parameters or AdvancedCompressionParameters()).hqq_params
-        for name in ("num_iterations", "refinement_steps"):
+        for name in ("num_iterations",):
             value = getattr(hqq_params, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 msg = f"The HQQ parameter {name} should be a non-negative integer, but {name}={value} is given."
@@ -82,9 +78,7 @@ CHECK_HQQ = """
 HQQ_ALGO = """        self._hqq = hqq
         if self._hqq:
             hqq_params = self._advanced_parameters.hqq_params
-            self._hqq_algo = HQQ(
-                self._mode, hqq_params.num_iterations, hqq_params.refinement_steps, hqq_params.rtn_value_projections
-            )
+            self._hqq_algo = HQQ(self._mode, hqq_params.num_iterations, hqq_params.rtn_value_projections)
 """
 
 
@@ -385,12 +379,8 @@ TEMPLATE_HQQ = """
             ({"lora_correction": True}, nncf.ParameterNotSupportedError),
             ({"scale_estimation": True, "awq": True}, nncf.ValidationError),
             ({"advanced_parameters": CompressionParams(hqq_params=HQQParams(num_iterations=-1))}, nncf.ValidationError),
-            (
-                {"advanced_parameters": CompressionParams(hqq_params=HQQParams(refinement_steps=1.5))},
-                nncf.ValidationError,
-            ),
         ],
-        ids=["nf4", "fq_format", "gptq", "lora_correction", "scale_estimation", "iterations", "steps"],
+        ids=["nf4", "fq_format", "gptq", "lora_correction", "scale_estimation", "iterations"],
     )
     def test_hqq_refusals_leave_the_model_unchanged(self, kwargs, error):
         model = self.get_awq_model(False, True)
@@ -439,7 +429,7 @@ def test_hqq_and_its_parameters_are_dumped_to_rt_info(hqq):
     model = compress_weights(get_hqq_attention_model(), hqq=hqq, **HQQ_INT4)
     dumped = model.get_rt_info()["nncf"]["weight_compression"]
     assert dumped["hqq"].value == str(hqq)
-    assert "'hqq_params': {'num_iterations': 20, 'refinement_steps': 0" in dumped["advanced_parameters"].value
+    assert "'hqq_params': {'num_iterations': 20, 'rtn_value_projections': True" in dumped["advanced_parameters"].value
 
 
 def test_hqq_codes_of_compiled_and_reference_quantization_are_equal():

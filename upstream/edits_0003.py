@@ -14,6 +14,7 @@ from edits_0001 import ALGORITHM
 from edits_0001 import BACKEND
 from edits_0001 import OV_BACKEND
 from edits_0001 import OV_TESTS
+from edits_0001 import TEMPLATE
 from edits_0001 import WEIGHT_LOWERING
 from edits_0002 import PT_BACKEND
 
@@ -120,20 +121,38 @@ PT_NORMALIZATION_AFFINE = '''
 '''
 
 EDITS: list[Edit] = [
-    # AdvancedHQQParameters: the least-squares refinement on by default (the per-group fallback keeps round-to-nearest
-    # wherever it would reconstruct a group worse), then input_energy_weighting, rtn_group_fallback, unit_gain
-    Edit(
+    # AdvancedHQQParameters: refinement_steps (the least-squares refinement, beside the per-group fallback that keeps
+    # round-to-nearest wherever it would reconstruct a group worse), input_energy_weighting, rtn_group_fallback,
+    # unit_gain; the validation of refinement_steps and its dump into rt_info
+    insert_after(
         ADVANCED_PARAMETERS,
-        "        Defaults to 0 (none: alone, they lower the weight error but not the model's perplexity on every"
-        " model).\n",
-        "        Defaults to 5.\n",
+        "    :param num_iterations: Maximal number of HQQ's zero-point iterations. Defaults to 20.\n"
+        "    :type num_iterations: int\n",
+        "    :param refinement_steps: Number of least-squares steps on the scales and zero points after HQQ's\n"
+        "        iterations. Defaults to 5.\n"
+        "    :type refinement_steps: int\n",
     ),
-    Edit(ADVANCED_PARAMETERS, "    refinement_steps: int = 0\n", "    refinement_steps: int = 5\n"),
+    insert_after(ADVANCED_PARAMETERS, "    num_iterations: int = 20\n", "    refinement_steps: int = 5\n"),
+    Edit(
+        ALGORITHM,
+        '        for name in ("num_iterations",):',
+        '        for name in ("num_iterations", "refinement_steps"):',
+    ),
     Edit(
         OV_TESTS,
-        "'hqq_params': {'num_iterations': 20, 'refinement_steps': 0\"",
+        "'hqq_params': {'num_iterations': 20, 'rtn_value_projections': True\"",
         "'hqq_params': {'num_iterations': 20, 'refinement_steps': 5\"",
     ),
+    insert_after(
+        TEMPLATE,
+        '            ({"advanced_parameters": CompressionParams(hqq_params=HQQParams(num_iterations=-1))},'
+        " nncf.ValidationError),\n",
+        "            (\n"
+        '                {"advanced_parameters": CompressionParams(hqq_params=HQQParams(refinement_steps=1.5))},\n'
+        "                nncf.ValidationError,\n"
+        "            ),\n",
+    ),
+    Edit(TEMPLATE, '"scale_estimation", "iterations"]', '"scale_estimation", "iterations", "steps"]'),
     insert_after(
         ADVANCED_PARAMETERS,
         "        Defaults to True.\n    :type rtn_value_projections: bool\n",
@@ -156,10 +175,7 @@ EDITS: list[Edit] = [
     # algorithm.py: HQQ built with its parameters by name
     Edit(
         ALGORITHM,
-        "            self._hqq_algo = HQQ(\n"
-        "                self._mode, hqq_params.num_iterations, hqq_params.refinement_steps,"
-        " hqq_params.rtn_value_projections\n"
-        "            )\n",
+        "            self._hqq_algo = HQQ(self._mode, hqq_params.num_iterations, hqq_params.rtn_value_projections)\n",
         "            self._hqq_algo = HQQ(\n"
         "                self._mode,\n"
         "                num_iterations=hqq_params.num_iterations,\n"

@@ -1,6 +1,7 @@
 """
-HQQ's data-free steps beyond its solver, as pure functions over nncf.tensor: the input-weighted refinement, the codes
-against the values a model stores, the per-group choice between two compressions (the RTN fallback) and unit gain.
+HQQ's data-free steps beyond its solver, as pure functions over nncf.tensor: the least-squares refinement of the scale
+and zero point (plain and input-weighted), the codes against the values a model stores, the per-group choice between
+two compressions (the RTN fallback) and unit gain.
 
 Grouping, round-to-nearest parameters, quantization and dequantization are NNCF's (``weight_lowering.py``); what is
 here computes what NNCF has no function for.
@@ -16,10 +17,10 @@ from nncf.tensor import functions as fns
 
 from nncf_hqq.maths.zero_point_solver import F16_MAX
 from nncf_hqq.maths.zero_point_solver import F16_TINY
-from nncf_hqq.maths.zero_point_solver import cap_inverse_scale_to_extremes
+from nncf_hqq.maths.zero_point_solver import MIN_GROUP_RANGE
 from nncf_hqq.maths.zero_point_solver import dequantize
+from nncf_hqq.maths.zero_point_solver import map_row_blocks
 from nncf_hqq.maths.zero_point_solver import quantize
-from nncf_hqq.maths.zero_point_solver import refine_least_squares
 from nncf_hqq.maths.zero_point_solver import stored_scale_zero_point
 
 # Bounds of the unit-gain factor of a group: a group whose reconstruction is (nearly) orthogonal to it would
@@ -67,6 +68,105 @@ def weighted_mean(x: Tensor, importance: Tensor | None, axis: int | None) -> Ten
     if importance.shape[axis] == 1:
         total = total * x.shape[axis]
     return fns.sum(x * importance, axis=axis, keepdims=True) / total
+
+
+def least_squares_scale_zero(
+    mean_weight: Tensor, centred_weight: Tensor, codes: Tensor, previous: tuple[Tensor, Tensor]
+) -> tuple[Tensor, Tensor]:
+    """
+    The best (s, z) of every row for fixed codes, from the regression W ~ a * Wq + b (s = 1 / a, z = -b / a); a group
+    whose codes are constant or anti-correlated with the weight keeps its previous (s, z).
+
+    :param mean_weight: The mean of every group of the weight.
+    :param centred_weight: The weight minus its mean.
+    :param codes: The codes Wq, a group per row.
+    :param previous: The inverse scale and zero point kept by degenerate groups.
+    :return: The inverse scale and the zero point of every group.
+    """
+    mean_codes = fns.mean(codes, axis=1, keepdims=True)
+    centred = codes - mean_codes
+    variance, covariance = (fns.mean(centred * x, axis=1, keepdims=True) for x in (centred, centred_weight))
+    valid = (variance > 0.0) & (covariance > 0.0)
+    slope = fns.where(valid, covariance, 1.0) / fns.where(valid, variance, 1.0)
+    return fns.where(valid, 1.0 / slope, previous[0]), fns.where(valid, mean_codes - mean_weight / slope, previous[1])
+
+
+def cap_inverse_scale_to_extremes(
+    extremes: tuple[Tensor, Tensor], inverse_scale: Tensor, zero: Tensor, num_bits: int
+) -> Tensor:
+    """
+    The largest s up to the given one that clips neither the minimum nor the maximum of a group: both land within
+    half a step of the code range.
+
+    :param extremes: The minimum and the maximum of every group.
+    :param inverse_scale: The inverse scale s of every group.
+    :param zero: The zero point z of every group.
+    :param num_bits: The number of bits of a code.
+    :return: The capped inverse scale.
+    """
+    q_max = 2.0**num_bits - 1
+    w_min, w_max = extremes
+    no_cap = q_max / MIN_GROUP_RANGE
+    upper = fns.where(w_max > 0.0, (q_max + 0.5 - zero) / fns.where(w_max > 0.0, w_max, 1.0), no_cap)
+    lower = fns.where(w_min < 0.0, (zero + 0.5) / fns.where(w_min < 0.0, -w_min, 1.0), no_cap)
+    cap = fns.minimum(upper, lower)
+    return fns.where(cap > 0.0, fns.minimum(inverse_scale, cap), inverse_scale)
+
+
+def refine_least_squares(
+    weight: Tensor,
+    inverse_scale: Tensor,
+    zero: Tensor,
+    axis: int,
+    num_bits: int,
+    rounds: int,
+    preserve_extremes: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """
+    Alternates nearest codes and the least-squares (s, z) for them; every group keeps its best iterate by squared
+    error, the incoming one included, and stops at its fixed point (a round leaving its (s, z) as they are).
+
+    :param weight: The grouped weight.
+    :param inverse_scale: The initial inverse scale s of every group.
+    :param zero: The initial zero point z of every group.
+    :param axis: The axis of the groups' elements.
+    :param num_bits: The number of bits of a code.
+    :param rounds: The number of rounds.
+    :param preserve_extremes: Whether s is capped so that no group's minimum or maximum is clipped.
+    :return: The refined inverse scale and zero point.
+    """
+
+    def refine(rows: Tensor, s: Tensor, z: Tensor) -> tuple[Tensor, Tensor]:
+        mean_weight, w_min, w_max = (reduce(rows, axis=1, keepdims=True) for reduce in (fns.mean, fns.min, fns.max))
+        centred = rows - mean_weight
+
+        def project(s: Tensor, z: Tensor) -> tuple[Tensor, Tensor]:
+            return cap_inverse_scale_to_extremes((w_min, w_max), s, z, num_bits) if preserve_extremes else s, z
+
+        def codes_and_error(s: Tensor, z: Tensor) -> tuple[Tensor, Tensor]:
+            codes = quantize(rows, s, z, num_bits)
+            diff = dequantize(codes, s, z) - rows
+            return codes, fns.mean(diff * diff, axis=1, keepdims=True)
+
+        s, z = project(s, z)
+        best = (s.clone(), z.clone())
+        codes, best_error = codes_and_error(s, z)
+        moving = fns.arange(z.shape[0], backend=z.backend, device=z.device)
+        for _ in range(rounds):
+            updated_s, updated_z = project(*least_squares_scale_zero(mean_weight, centred, codes, (s, z)))
+            still = ((updated_s != s) | (updated_z != z))[:, 0]
+            moving, s, z, best_error = moving[still], updated_s[still], updated_z[still], best_error[still]
+            rows, centred, mean_weight, w_min, w_max = (x[still] for x in (rows, centred, mean_weight, w_min, w_max))
+            codes, error = codes_and_error(s, z)
+            better = (error < best_error)[:, 0]
+            best[0][moving[better]], best[1][moving[better]] = s[better], z[better]
+            best_error = fns.where(error < best_error, error, best_error)
+        return best
+
+    weight = weight.astype(TensorDataType.float32)
+    rows = (fns.reshape(fns.moveaxis(x, axis, -1), (-1, x.shape[axis])) for x in (weight, inverse_scale, zero))
+    shape = fns.moveaxis(zero, axis, -1).shape
+    return tuple(fns.moveaxis(fns.reshape(x, shape), -1, axis) for x in map_row_blocks(refine, *rows))
 
 
 def refine_weighted_least_squares(

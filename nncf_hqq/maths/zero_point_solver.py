@@ -1,6 +1,6 @@
 """
-HQQ's solver for asymmetric groups as pure functions over nncf.tensor: the float zero point and the least-squares
-refinement of the scale and zero point.
+HQQ's solver for asymmetric groups as pure functions over nncf.tensor: the scale of the group's range and the float
+zero point of HQQ's iterations.
 
 A group of weights W is quantized as Wq = clip(round(W * s + z), 0, 2^b - 1) and reconstructed as (Wq - z) / s with the
 inverse scale s and the float zero point z (HQQ's convention, the solver's); NNCF's scale is 1 / s and its zero point z.
@@ -11,6 +11,7 @@ Badri, A. Shaji, "Half-Quadratic Quantization of Large Machine Learning Models",
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 
 from nncf.tensor import Tensor
 from nncf.tensor import TensorDataType
@@ -71,18 +72,23 @@ def dequantize(codes: Tensor, inverse_scale: Tensor, zero: Tensor) -> Tensor:
     return (codes - zero) / inverse_scale
 
 
-def map_row_blocks(function: Callable[..., tuple[Tensor, ...]], *rows: Tensor) -> list[Tensor]:
+def map_row_blocks(
+    function: Callable[..., tuple[Tensor, ...]], *rows: Tensor, pool: ThreadPoolExecutor | None = None
+) -> list[Tensor]:
     """
-    The function on every block of BLOCK_ELEMENTS of consecutive rows, on min(BLOCK_THREADS, blocks) threads.
+    The function on every block of BLOCK_ELEMENTS of consecutive rows (a single block on the calling thread).
 
     :param function: The function of a block of each of the rows [groups, group size], returning a row per group.
     :param rows: Tensors with a group per row.
+    :param pool: The threads to run the blocks on (a loop's, started once); None: min(BLOCK_THREADS, blocks) new ones.
     :return: The function's values of all rows, in their order (whatever the pool's size).
     """
     step = max(1, BLOCK_ELEMENTS // rows[0].shape[1])
     blocks = [[x[i : i + step] for x in rows] for i in range(0, max(rows[0].shape[0], 1), step)]  # one if empty
-    with ThreadPoolExecutor(min(BLOCK_THREADS, len(blocks))) as pool:
-        results = list(pool.map(lambda block: function(*block), blocks))
+    if len(blocks) == 1:
+        return list(function(*blocks[0]))
+    with nullcontext(pool) if pool else ThreadPoolExecutor(min(BLOCK_THREADS, len(blocks))) as runner:
+        results = list(runner.map(lambda block: function(*block), blocks))
     return [fns.concatenate(list(values)) for values in zip(*results, strict=True)]
 
 
@@ -114,16 +120,17 @@ def optimize_zero_point(
         error = fns.mean(fns.abs(rows - dequantize(codes, s, z)), axis=1, keepdims=True)
         return error, fns.mean(codes - scaled, axis=1, keepdims=True)
 
-    for _ in range(iterations):
-        group_error[moving], updated = map_row_blocks(step, rows, s, z)
-        error = fns.mean(group_error).item()
-        if not error < best_error:
-            break
-        best_error, best_zero[moving] = error, z
-        still = (updated != z)[:, 0]
-        moving, rows, s, z = moving[still], rows[still], s[still], updated[still]
-        if moving.size == 0:
-            break
+    with ThreadPoolExecutor(BLOCK_THREADS) as pool:  # its threads start once, as the first blocks need them
+        for _ in range(iterations):
+            group_error[moving], updated = map_row_blocks(step, rows, s, z, pool=pool)
+            error = fns.mean(group_error).item()
+            if not error < best_error:
+                break
+            best_error, best_zero[moving] = error, z
+            still = (updated != z)[:, 0]
+            moving, rows, s, z = moving[still], rows[still], s[still], updated[still]
+            if moving.size == 0:
+                break
     return fns.moveaxis(fns.reshape(best_zero, fns.moveaxis(zero, axis, -1).shape), -1, axis)
 
 
@@ -141,105 +148,6 @@ def solve_zero_point(weight: Tensor, axis: int, num_bits: int, iterations: int) 
     w_min = fns.min(weight, axis=axis, keepdims=True)
     inverse_scale, zero = min_max_init_for_range(w_min, fns.max(weight, axis=axis, keepdims=True), num_bits)
     return inverse_scale, optimize_zero_point(weight, inverse_scale, zero, axis, num_bits, iterations)
-
-
-def least_squares_scale_zero(
-    mean_weight: Tensor, centred_weight: Tensor, codes: Tensor, previous: tuple[Tensor, Tensor]
-) -> tuple[Tensor, Tensor]:
-    """
-    The best (s, z) of every row for fixed codes, from the regression W ~ a * Wq + b (s = 1 / a, z = -b / a); a group
-    whose codes are constant or anti-correlated with the weight keeps its previous (s, z).
-
-    :param mean_weight: The mean of every group of the weight.
-    :param centred_weight: The weight minus its mean.
-    :param codes: The codes Wq, a group per row.
-    :param previous: The inverse scale and zero point kept by degenerate groups.
-    :return: The inverse scale and the zero point of every group.
-    """
-    mean_codes = fns.mean(codes, axis=1, keepdims=True)
-    centred = codes - mean_codes
-    variance, covariance = (fns.mean(centred * x, axis=1, keepdims=True) for x in (centred, centred_weight))
-    valid = (variance > 0.0) & (covariance > 0.0)
-    slope = fns.where(valid, covariance, 1.0) / fns.where(valid, variance, 1.0)
-    return fns.where(valid, 1.0 / slope, previous[0]), fns.where(valid, mean_codes - mean_weight / slope, previous[1])
-
-
-def cap_inverse_scale_to_extremes(
-    extremes: tuple[Tensor, Tensor], inverse_scale: Tensor, zero: Tensor, num_bits: int
-) -> Tensor:
-    """
-    The largest s up to the given one that clips neither the minimum nor the maximum of a group: both land within
-    half a step of the code range.
-
-    :param extremes: The minimum and the maximum of every group.
-    :param inverse_scale: The inverse scale s of every group.
-    :param zero: The zero point z of every group.
-    :param num_bits: The number of bits of a code.
-    :return: The capped inverse scale.
-    """
-    q_max = 2.0**num_bits - 1
-    w_min, w_max = extremes
-    no_cap = q_max / MIN_GROUP_RANGE
-    upper = fns.where(w_max > 0.0, (q_max + 0.5 - zero) / fns.where(w_max > 0.0, w_max, 1.0), no_cap)
-    lower = fns.where(w_min < 0.0, (zero + 0.5) / fns.where(w_min < 0.0, -w_min, 1.0), no_cap)
-    cap = fns.minimum(upper, lower)
-    return fns.where(cap > 0.0, fns.minimum(inverse_scale, cap), inverse_scale)
-
-
-def refine_least_squares(
-    weight: Tensor,
-    inverse_scale: Tensor,
-    zero: Tensor,
-    axis: int,
-    num_bits: int,
-    rounds: int,
-    preserve_extremes: bool = False,
-) -> tuple[Tensor, Tensor]:
-    """
-    Alternates nearest codes and the least-squares (s, z) for them; every group keeps its best iterate by squared
-    error, the incoming one included, and stops at its fixed point (a round leaving its (s, z) as they are).
-
-    :param weight: The grouped weight.
-    :param inverse_scale: The initial inverse scale s of every group.
-    :param zero: The initial zero point z of every group.
-    :param axis: The axis of the groups' elements.
-    :param num_bits: The number of bits of a code.
-    :param rounds: The number of rounds.
-    :param preserve_extremes: Whether s is capped so that no group's minimum or maximum is clipped.
-    :return: The refined inverse scale and zero point.
-    """
-
-    def refine(rows: Tensor, s: Tensor, z: Tensor) -> tuple[Tensor, Tensor]:
-        mean_weight, w_min, w_max = (reduce(rows, axis=1, keepdims=True) for reduce in (fns.mean, fns.min, fns.max))
-        centred = rows - mean_weight
-
-        def project(s: Tensor, z: Tensor) -> tuple[Tensor, Tensor]:
-            return cap_inverse_scale_to_extremes((w_min, w_max), s, z, num_bits) if preserve_extremes else s, z
-
-        def codes_and_error(s: Tensor, z: Tensor) -> tuple[Tensor, Tensor]:
-            codes = quantize(rows, s, z, num_bits)
-            diff = dequantize(codes, s, z) - rows
-            return codes, fns.mean(diff * diff, axis=1, keepdims=True)
-
-        s, z = project(s, z)
-        best = (s.clone(), z.clone())
-        codes, best_error = codes_and_error(s, z)
-        moving = fns.arange(z.shape[0], backend=z.backend, device=z.device)
-        for _ in range(rounds):
-            updated_s, updated_z = project(*least_squares_scale_zero(mean_weight, centred, codes, (s, z)))
-            still = ((updated_s != s) | (updated_z != z))[:, 0]
-            moving, s, z, best_error = moving[still], updated_s[still], updated_z[still], best_error[still]
-            rows, centred, mean_weight, w_min, w_max = (x[still] for x in (rows, centred, mean_weight, w_min, w_max))
-            codes, error = codes_and_error(s, z)
-            better = (error < best_error)[:, 0]
-            best[0][moving[better]], best[1][moving[better]] = s[better], z[better]
-            best_error = fns.where(error < best_error, error, best_error)
-        return best
-
-    weight = weight.astype(TensorDataType.float32)
-    rows = (fns.reshape(fns.moveaxis(x, axis, -1), (-1, x.shape[axis])) for x in (weight, inverse_scale, zero))
-    shape = fns.moveaxis(zero, axis, -1).shape
-    return tuple(fns.moveaxis(fns.reshape(x, shape), -1, axis) for x in map_row_blocks(refine, *rows))
 
 
 def stored_scale_zero_point(scale: Tensor, zero_point: Tensor) -> tuple[Tensor, Tensor]:

@@ -1,7 +1,9 @@
 import numpy as np
 import pytest
 
+import nncf.tensor.functions as fns
 from nncf import CompressWeightsMode
+from nncf.quantization.algorithms.weight_compression import hqq_solver as solver
 from nncf.quantization.algorithms.weight_compression import hqq_steps as steps
 from nncf.quantization.algorithms.weight_compression.config import WeightCompressionConfig
 from nncf.quantization.algorithms.weight_compression.hqq import HQQ
@@ -12,6 +14,29 @@ from nncf.tensor import Tensor
 
 def random_weight(seed: int, shape: tuple[int, int] = (32, 128)) -> np.ndarray:
     return (np.random.default_rng(seed).standard_t(4, shape) * 0.02).astype(np.float32)
+
+
+def test_least_squares_recovers_affine_codes():
+    codes = Tensor(np.tile(np.arange(16, dtype=np.float32), (2, 1)))
+    weight = (codes - 6.5) / 40.0
+    mean = fns.mean(weight, axis=1, keepdims=True)
+    inverse_scale, zero = steps.least_squares_scale_zero(mean, weight - mean, codes, (mean, mean))
+    np.testing.assert_allclose(inverse_scale.data, 40.0, rtol=1e-5)
+    np.testing.assert_allclose(zero.data, 6.5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_refinement_clips_no_extreme_and_lowers_the_error(seed):
+    weight = Tensor(random_weight(seed).reshape(32, 2, 64))
+    iterated = solver.solve_zero_point(weight, 2, 4, 20)
+    refined = steps.refine_least_squares(weight, *iterated, 2, 4, 5, True)
+    position = weight * refined[0] + refined[1]  # the code position of every weight: within [-0.5, 15.5]
+    assert fns.min(position).item() >= -0.5 - 1e-4 and fns.max(position).item() <= 15.5 + 1e-4
+    errors = [
+        fns.mean((solver.dequantize(solver.quantize(weight, s, z, 4), s, z) - weight) ** 2).item()
+        for s, z in (iterated, refined)
+    ]
+    assert errors[1] < errors[0]
 
 
 @pytest.mark.parametrize(("gain", "expected"), [(0.8, 1.25), (1.0, 1.0), (0.1, 2.0)])

@@ -10,7 +10,6 @@ from nncf.parameters import CompressWeightsMode
 from nncf.quantization.algorithms.weight_compression.backend import HQQAlgoBackend
 from nncf.quantization.algorithms.weight_compression.config import WeightCompressionConfig
 from nncf.quantization.algorithms.weight_compression.config import WeightCompressionParameters
-from nncf.quantization.algorithms.weight_compression.hqq_solver import refine_least_squares
 from nncf.quantization.algorithms.weight_compression.hqq_solver import solve_zero_point
 from nncf.quantization.algorithms.weight_compression.hqq_solver import stored_scale_zero_point
 from nncf.quantization.algorithms.weight_compression.parameters import CompressedWeight
@@ -30,9 +29,8 @@ ATTENTION_VALUE_PORT = 2  # the values' input of a scaled dot-product attention 
 class HQQ:
     """
     Half-Quadratic Quantization (HQQ), data-free: per group a float zero point from HQQ's iterations with the scale of
-    the group's range (then, if asked, least-squares steps on both that clip no extreme weight). Returns the scales and
-    float16 zero points; NNCF's quantization computes the codes from them. Layers that produce attention values keep
-    round-to-nearest (attention averages their errors over the tokens).
+    the group's range. Returns the scales and float16 zero points; NNCF's quantization computes the codes from them.
+    Layers that produce attention values keep round-to-nearest (attention averages their errors over the tokens).
 
     Reference: H. Badri, A. Shaji, "Half-Quadratic Quantization of Large Machine Learning Models", 2023.
     """
@@ -41,19 +39,16 @@ class HQQ:
         self,
         mode: CompressWeightsMode,
         num_iterations: int = 20,
-        refinement_steps: int = 0,
         rtn_value_projections: bool = True,
     ):
         """
         :param mode: The primary compression mode, INT4_ASYM or INT8_ASYM; weights in another mode (the backup mode)
             keep NNCF's round-to-nearest.
         :param num_iterations: Maximal number of HQQ's zero-point iterations.
-        :param refinement_steps: Number of least-squares steps on the scales and zero points (0: none).
         :param rtn_value_projections: Whether the layers that produce attention values keep round-to-nearest.
         """
         self._mode = mode
         self._num_iterations = num_iterations
-        self._refinement_steps = refinement_steps
         self._rtn_value_projections = rtn_value_projections
         self._backend_entity = None
 
@@ -126,10 +121,6 @@ class HQQ:
         else:
             weight, axis = reshape_weight_for_grouped_quantization(weight, reduction_axes, config.group_size)
         inverse_scale, zero = solve_zero_point(weight, axis, config.num_bits, self._num_iterations)
-        if self._refinement_steps:
-            inverse_scale, zero = refine_least_squares(
-                weight, inverse_scale, zero, axis, config.num_bits, self._refinement_steps, preserve_extremes=True
-            )
         scale, zero_point = stored_scale_zero_point(1.0 / inverse_scale, zero)
         return CompressedWeight(None, scale, zero_point.astype(TensorDataType.float16))
 

@@ -10,11 +10,11 @@ from nncf.parameters import CompressWeightsMode
 from nncf.quantization.algorithms.weight_compression.backend import HQQAlgoBackend
 from nncf.quantization.algorithms.weight_compression.config import WeightCompressionConfig
 from nncf.quantization.algorithms.weight_compression.config import WeightCompressionParameters
-from nncf.quantization.algorithms.weight_compression.hqq_solver import refine_least_squares
 from nncf.quantization.algorithms.weight_compression.hqq_solver import solve_zero_point
 from nncf.quantization.algorithms.weight_compression.hqq_solver import stored_scale_zero_point
 from nncf.quantization.algorithms.weight_compression.hqq_steps import choose_per_group
 from nncf.quantization.algorithms.weight_compression.hqq_steps import quantize_as_stored
+from nncf.quantization.algorithms.weight_compression.hqq_steps import refine_least_squares
 from nncf.quantization.algorithms.weight_compression.hqq_steps import refine_weighted_least_squares
 from nncf.quantization.algorithms.weight_compression.hqq_steps import stored_group_error
 from nncf.quantization.algorithms.weight_compression.hqq_steps import with_unit_gain

@@ -21,11 +21,11 @@ from nncf.quantization.algorithms.weight_compression.hqq_integer import refine_s
 from nncf.quantization.algorithms.weight_compression.hqq_integer import refine_with_integer_zero
 from nncf.quantization.algorithms.weight_compression.hqq_scale_on_data import equivalent_inputs
 from nncf.quantization.algorithms.weight_compression.hqq_scale_on_data import refine_scale_on_activations
-from nncf.quantization.algorithms.weight_compression.hqq_solver import refine_least_squares
 from nncf.quantization.algorithms.weight_compression.hqq_solver import solve_zero_point
 from nncf.quantization.algorithms.weight_compression.hqq_solver import stored_scale_zero_point
 from nncf.quantization.algorithms.weight_compression.hqq_steps import choose_per_group
 from nncf.quantization.algorithms.weight_compression.hqq_steps import quantize_as_stored
+from nncf.quantization.algorithms.weight_compression.hqq_steps import refine_least_squares
 from nncf.quantization.algorithms.weight_compression.hqq_steps import refine_weighted_least_squares
 from nncf.quantization.algorithms.weight_compression.hqq_steps import stored_group_error
 from nncf.quantization.algorithms.weight_compression.hqq_steps import with_unit_gain
