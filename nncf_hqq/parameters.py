@@ -270,8 +270,9 @@ HQQ_TOKEN_ROWS = HQQ_DEFAULT.replace(calibration_token_rows=32)
 #: What NNCF with HQQ's core pull request (upstream/, patch 0001) writes with its default ``AdvancedHQQParameters``:
 #: HQQ's zero-point iterations and NNCF's RTN for the attention value projections, without least-squares rounds,
 #: input weighting, RTN guard or unit gain (0003 adds those back, the rounds beside the RTN guard that catches the
-#: groups they make worse: the series' sum is ``HQQ_DEFAULT``). 0001 has no compiled kernels: it writes the bytes of this preset's numpy
-#: references (``NNCF_DISABLE_OPTIMIZED_COMPRESSION`` set), which the kernels reproduce to f32 rounding.
+#: groups they make worse: the series' sum is ``HQQ_DEFAULT``). 0001 has no compiled kernels: it writes the bytes of
+#: this preset's numpy references (``NNCF_DISABLE_OPTIMIZED_COMPRESSION`` set), which the kernels reproduce to f32
+#: rounding.
 HQQ_CORE = HQQ_DEFAULT.replace(
     importance=Importance.NONE, rtn_guard=False, unit_gain=False, output_guard=False, refine_rounds=0
 )
