@@ -71,7 +71,7 @@ SERIES: tuple[Patch, ...] = (
     Patch(
         "0003",
         "hqq-data-free-steps",
-        "[WC] HQQ: input-energy weighting, per-group rounding fallback and unit gain",
+        "[WC] HQQ: least-squares refinement, input-energy weighting, per-group rounding fallback and unit gain",
         placed={"nncf_hqq/maths/data_free_steps.py": f"{WC}/hqq_steps.py"},
         edits=tuple(edits_0003.EDITS),
     ),
