@@ -18,6 +18,7 @@ from nncf.tensor import functions as fns
 from nncf_hqq.maths.zero_point_solver import F16_MAX
 from nncf_hqq.maths.zero_point_solver import F16_TINY
 from nncf_hqq.maths.zero_point_solver import MIN_GROUP_RANGE
+from nncf_hqq.maths.zero_point_solver import as_float32
 from nncf_hqq.maths.zero_point_solver import dequantize
 from nncf_hqq.maths.zero_point_solver import map_row_blocks
 from nncf_hqq.maths.zero_point_solver import quantize
@@ -163,7 +164,7 @@ def refine_least_squares(
             best_error = fns.where(error < best_error, error, best_error)
         return best
 
-    weight = weight.astype(TensorDataType.float32)
+    weight = as_float32(weight)
     rows = (fns.reshape(fns.moveaxis(x, axis, -1), (-1, x.shape[axis])) for x in (weight, inverse_scale, zero))
     shape = fns.moveaxis(zero, axis, -1).shape
     return tuple(fns.moveaxis(fns.reshape(x, shape), -1, axis) for x in map_row_blocks(refine, *rows))
@@ -186,7 +187,7 @@ def refine_weighted_least_squares(
     """
     if importance is None:
         return refine_least_squares(weight, inverse_scale, zero, axis, num_bits, rounds, preserve_extremes)
-    weight = weight.astype(TensorDataType.float32)
+    weight = as_float32(weight)
     extremes = (fns.min(weight, axis=axis, keepdims=True), fns.max(weight, axis=axis, keepdims=True))
 
     def mean(x: Tensor) -> Tensor:

@@ -31,6 +31,16 @@ BLOCK_ELEMENTS = 2**18
 BLOCK_THREADS = min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
+def as_float32(x: Tensor) -> Tensor:
+    """
+    The tensor in float32, not copied when it already is (a copy of a weight is a pass over it).
+
+    :param x: A tensor.
+    :return: The tensor itself or its float32 copy.
+    """
+    return x if x.dtype == TensorDataType.float32 else x.astype(TensorDataType.float32)
+
+
 def min_max_init_for_range(w_min: Tensor, w_max: Tensor, num_bits: int) -> tuple[Tensor, Tensor]:
     """
     HQQ's initialisation s = (2^b - 1) / (max - min), z = -min * s; the range is at least MIN_GROUP_RANGE and
@@ -144,7 +154,7 @@ def solve_zero_point(weight: Tensor, axis: int, num_bits: int, iterations: int) 
     :param iterations: The maximal number of zero-point iterations.
     :return: The inverse scale and the zero point of every group (keepdims).
     """
-    weight = weight.astype(TensorDataType.float32)
+    weight = as_float32(weight)
     w_min = fns.min(weight, axis=axis, keepdims=True)
     inverse_scale, zero = min_max_init_for_range(w_min, fns.max(weight, axis=axis, keepdims=True), num_bits)
     return inverse_scale, optimize_zero_point(weight, inverse_scale, zero, axis, num_bits, iterations)
