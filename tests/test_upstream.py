@@ -311,7 +311,7 @@ def test_patched_nncf_writes_what_nncf_hqq_writes(build: str, case: Any, patched
         text, removed = equivalence.without_hqq_rt_info(str(got[f"{case.name}/serialized"]))
         hqq_params, hqq = removed
         assert hqq == '<hqq value="False" />'
-        second = "'rtn_value_projections': True}" if build == "core" else "'refinement_steps': 5,"  # 0003 adds it
+        second = "'rtn_value_projections': True" + ("}" if build == "core" else ", 'refinement_steps': 5,")
         assert hqq_params.startswith(f", 'hqq_params': {{'num_iterations': 20, {second}")
         got[f"{case.name}/serialized"] = np.array(text)
     differing = [key for key in expected if not np.array_equal(got[key], expected[key])]

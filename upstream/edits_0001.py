@@ -46,7 +46,7 @@ class AdvancedHQQParameters:
 
 HQQ_DOC = (
     "    :param hqq: Indicates whether to use HQQ (Half-Quadratic Quantization) for the layers compressed in the\n"
-    "        INT4_ASYM or INT8_ASYM mode: per group, a float zero point and a scale optimised data-free, the zero\n"
+    "        INT4_ASYM or INT8_ASYM mode: per group, a float zero point found data-free by HQQ's iterations, the zero\n"
     "        point stored in float16. Combines with AWQ (HQQ compresses AWQ's scaled weights); not with\n"
     "        scale_estimation, GPTQ or lora_correction. OpenVINO models, DQ compression format.\n"
     "    :type hqq: bool\n"

@@ -124,15 +124,6 @@ EDITS: list[Edit] = [
     # AdvancedHQQParameters: refinement_steps (the least-squares refinement, beside the per-group fallback that keeps
     # round-to-nearest wherever it would reconstruct a group worse), input_energy_weighting, rtn_group_fallback,
     # unit_gain; the validation of refinement_steps and its dump into rt_info
-    insert_after(
-        ADVANCED_PARAMETERS,
-        "    :param num_iterations: Maximal number of HQQ's zero-point iterations. Defaults to 20.\n"
-        "    :type num_iterations: int\n",
-        "    :param refinement_steps: Number of least-squares steps on the scales and zero points after HQQ's\n"
-        "        iterations. Defaults to 5.\n"
-        "    :type refinement_steps: int\n",
-    ),
-    insert_after(ADVANCED_PARAMETERS, "    num_iterations: int = 20\n", "    refinement_steps: int = 5\n"),
     Edit(
         ALGORITHM,
         '        for name in ("num_iterations",):',
@@ -141,7 +132,7 @@ EDITS: list[Edit] = [
     Edit(
         OV_TESTS,
         "'hqq_params': {'num_iterations': 20, 'rtn_value_projections': True\"",
-        "'hqq_params': {'num_iterations': 20, 'refinement_steps': 5\"",
+        "'rtn_value_projections': True, 'refinement_steps': 5\"",
     ),
     insert_after(
         TEMPLATE,
@@ -156,6 +147,9 @@ EDITS: list[Edit] = [
     insert_after(
         ADVANCED_PARAMETERS,
         "        Defaults to True.\n    :type rtn_value_projections: bool\n",
+        "    :param refinement_steps: Number of least-squares steps on the scales and zero points after HQQ's\n"
+        "        iterations. Defaults to 5.\n"
+        "    :type refinement_steps: int\n"
         "    :param input_energy_weighting: Whether the refinement and the rounding fallback weight the error of\n"
         "        input channel j by gamma_j^2 + beta_j^2 when a normalization x_hat * gamma + beta feeds the layer.\n"
         "        Defaults to True.\n"
@@ -170,6 +164,7 @@ EDITS: list[Edit] = [
     insert_after(
         ADVANCED_PARAMETERS,
         "    rtn_value_projections: bool = True\n",
+        "    refinement_steps: int = 5\n"
         "    input_energy_weighting: bool = True\n    rtn_group_fallback: bool = True\n    unit_gain: bool = True\n",
     ),
     # algorithm.py: HQQ built with its parameters by name

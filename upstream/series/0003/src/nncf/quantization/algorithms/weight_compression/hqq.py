@@ -14,7 +14,6 @@ from nncf.quantization.algorithms.weight_compression.hqq_solver import solve_zer
 from nncf.quantization.algorithms.weight_compression.hqq_solver import stored_scale_zero_point
 from nncf.quantization.algorithms.weight_compression.hqq_steps import choose_per_group
 from nncf.quantization.algorithms.weight_compression.hqq_steps import quantize_as_stored
-from nncf.quantization.algorithms.weight_compression.hqq_steps import refine_least_squares
 from nncf.quantization.algorithms.weight_compression.hqq_steps import refine_weighted_least_squares
 from nncf.quantization.algorithms.weight_compression.hqq_steps import stored_group_error
 from nncf.quantization.algorithms.weight_compression.hqq_steps import with_unit_gain
@@ -149,7 +148,9 @@ class HQQ:
         self, weight: Tensor, reduction_axes: ReductionAxes, config: WeightCompressionConfig
     ) -> CompressedWeight:
         """
-        HQQ's scale and float zero point of one weight, in the shape NNCF's quantization expects for the config.
+        HQQ's solver alone on one weight (the scale of each group's range and the float zero point of HQQ's
+        iterations, in the shape NNCF's quantization expects for the config), on the weight's own backend; `compress`
+        runs the data-free steps after it.
 
         :param weight: The weight, a tensor of the model's backend (it stays on its device).
         :param reduction_axes: The axis along which the weight's groups lie.
@@ -163,10 +164,6 @@ class HQQ:
         else:
             weight, axis = reshape_weight_for_grouped_quantization(weight, reduction_axes, config.group_size)
         inverse_scale, zero = solve_zero_point(weight, axis, config.num_bits, self._num_iterations)
-        if self._refinement_steps:
-            inverse_scale, zero = refine_least_squares(
-                weight, inverse_scale, zero, axis, config.num_bits, self._refinement_steps, preserve_extremes=True
-            )
         scale, zero_point = stored_scale_zero_point(1.0 / inverse_scale, zero)
         return CompressedWeight(None, scale, zero_point.astype(TensorDataType.float16))
 
