@@ -97,7 +97,7 @@ def map_row_blocks(
     blocks = [[x[i : i + step] for x in rows] for i in range(0, max(rows[0].shape[0], 1), step)]  # one if empty
     if len(blocks) == 1:
         return list(function(*blocks[0]))
-    with nullcontext(pool) if pool else ThreadPoolExecutor(min(BLOCK_THREADS, len(blocks))) as runner:
+    with nullcontext(pool) if pool is not None else ThreadPoolExecutor(min(BLOCK_THREADS, len(blocks))) as runner:
         results = list(runner.map(lambda block: function(*block), blocks))
     return [fns.concatenate(list(values)) for values in zip(*results, strict=True)]
 
