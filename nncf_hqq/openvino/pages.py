@@ -30,6 +30,10 @@ from typing import Any
 import numpy as np
 
 MADV_DONTNEED = 4
+#: Reclaims pages without ever discarding data (Linux 5.4+): a clean file page leaves the process (and is read from
+#: the file again when touched), an anonymous page is swapped out or, without swap, kept. Used where the range comes
+#: from ``/proc/self/maps`` and its owner may unmap it, and the allocator reuse the addresses, before the call.
+MADV_PAGEOUT = 21
 #: Arrays smaller than this are not worth a system call.
 MIN_BYTES = 1 << 20
 
@@ -130,7 +134,12 @@ def release_file_mappings(*paths: str | os.PathLike[str], suffixes: tuple[str, .
     (private and writable, as PyTorch maps a checkpoint) is dropped only while none of its pages has been written
     (``unwritten_private_mappings``): its resident pages are then the file's own bytes. A written page is the
     process's data, so such a mapping is left as it is. As with ``release_file_pages``, a later read faults the same
-    bytes in again. Returns the size of the mappings dropped, in bytes."""
+    bytes in again. Returns the size of the mappings dropped, in bytes.
+
+    The process does not hold these mappings: their owner may unmap one between the read of ``/proc/self/maps`` and
+    the call, and the allocator map other memory at its addresses. So the call is ``MADV_PAGEOUT``
+    (``drop_range``), which never discards data, not ``MADV_DONTNEED``, which would zero that memory (a test's
+    export crashed in PyTorch so)."""
     madvise = _madvise()
     targets = {os.path.realpath(path) for path in paths}
     targets = {target for target in targets if os.path.isfile(target)}
@@ -157,9 +166,18 @@ def release_file_mappings(*paths: str | os.PathLike[str], suffixes: tuple[str, .
     released = 0
     for addresses in read_only:
         low, high = (int(x, 16) for x in addresses.split("-"))
-        if madvise(ctypes.c_void_p(low), ctypes.c_size_t(high - low), MADV_DONTNEED) == 0:
+        if drop_range(low, high):
             released += high - low
     return released
+
+
+def drop_range(low: int, high: int) -> bool:
+    """Reclaims the resident pages of the address range ``[low, high)`` (page-aligned) with ``MADV_PAGEOUT``, which
+    keeps every byte the process can read: clean file pages are read from their file again, anonymous ones stay (or
+    are swapped). Returns whether the kernel took it (False on systems without ``madvise`` or without
+    ``MADV_PAGEOUT``, Linux before 5.4, and for a range no longer mapped)."""
+    madvise = _madvise()
+    return madvise is not None and madvise(ctypes.c_void_p(low), ctypes.c_size_t(high - low), MADV_PAGEOUT) == 0
 
 
 def unwritten_private_mappings(addresses: list[str], smaps: str) -> list[str]:
