@@ -67,12 +67,10 @@ CHECK_HQQ = """
         if compression_format not in (None, CompressionFormat.DQ):
             msg = f"HQQ supports the DQ compression format only, but {compression_format.value} is given."
             raise nncf.ParameterNotSupportedError(msg)
-        hqq_params = (advanced_parameters or AdvancedCompressionParameters()).hqq_params
-        for name in ("num_iterations",):
-            value = getattr(hqq_params, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                msg = f"The HQQ parameter {name} should be a non-negative integer, but {name}={value} is given."
-                raise nncf.ValidationError(msg)
+        num_iterations = (advanced_parameters or AdvancedCompressionParameters()).hqq_params.num_iterations
+        if isinstance(num_iterations, bool) or not isinstance(num_iterations, int) or num_iterations < 0:
+            msg = f"The HQQ parameter num_iterations should be a non-negative integer, but {num_iterations} is given."
+            raise nncf.ValidationError(msg)
 """
 
 HQQ_ALGO = """        self._hqq = hqq

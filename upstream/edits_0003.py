@@ -126,8 +126,17 @@ EDITS: list[Edit] = [
     # unit_gain; the validation of refinement_steps and its dump into rt_info
     Edit(
         ALGORITHM,
-        '        for name in ("num_iterations",):',
-        '        for name in ("num_iterations", "refinement_steps"):',
+        "        num_iterations = (advanced_parameters or AdvancedCompressionParameters()).hqq_params.num_iterations\n"
+        "        if isinstance(num_iterations, bool) or not isinstance(num_iterations, int) or num_iterations < 0:\n"
+        '            msg = f"The HQQ parameter num_iterations should be a non-negative integer, but {num_iterations} is'
+        ' given."\n',
+        "        hqq_params = (advanced_parameters or AdvancedCompressionParameters()).hqq_params\n"
+        '        for name in ("num_iterations", "refinement_steps"):\n'
+        "            value = getattr(hqq_params, name)\n"
+        "            if isinstance(value, bool) or not isinstance(value, int) or value < 0:\n"
+        '                msg = f"The HQQ parameter {name} should be a non-negative integer, but {name}={value} is'
+        ' given."\n'
+        "    ",
     ),
     Edit(
         OV_TESTS,

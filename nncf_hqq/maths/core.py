@@ -13,9 +13,11 @@ one into NNCF's tree with the patch that adds the step, ``upstream/series.py``):
 from nncf_hqq.maths.data_free_steps import UNIT_GAIN_LIMITS
 from nncf_hqq.maths.data_free_steps import cap_inverse_scale_to_extremes
 from nncf_hqq.maths.data_free_steps import choose_per_group
+from nncf_hqq.maths.data_free_steps import dequantize
 from nncf_hqq.maths.data_free_steps import group_inner_product
 from nncf_hqq.maths.data_free_steps import least_squares_scale_zero
 from nncf_hqq.maths.data_free_steps import levels_max
+from nncf_hqq.maths.data_free_steps import quantize
 from nncf_hqq.maths.data_free_steps import quantize_as_stored
 from nncf_hqq.maths.data_free_steps import refine_least_squares
 from nncf_hqq.maths.data_free_steps import refine_weighted_least_squares
@@ -43,10 +45,8 @@ from nncf_hqq.maths.zero_point_solver import F16_MAX
 from nncf_hqq.maths.zero_point_solver import F16_TINY
 from nncf_hqq.maths.zero_point_solver import MAX_ABS_ZERO
 from nncf_hqq.maths.zero_point_solver import MIN_GROUP_RANGE
-from nncf_hqq.maths.zero_point_solver import dequantize
 from nncf_hqq.maths.zero_point_solver import min_max_init_for_range
 from nncf_hqq.maths.zero_point_solver import optimize_zero_point
-from nncf_hqq.maths.zero_point_solver import quantize
 from nncf_hqq.maths.zero_point_solver import solve_zero_point
 from nncf_hqq.maths.zero_point_solver import stored_scale_zero_point
 

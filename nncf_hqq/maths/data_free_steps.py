@@ -19,14 +19,37 @@ from nncf_hqq.maths.zero_point_solver import F16_MAX
 from nncf_hqq.maths.zero_point_solver import F16_TINY
 from nncf_hqq.maths.zero_point_solver import MIN_GROUP_RANGE
 from nncf_hqq.maths.zero_point_solver import as_float32
-from nncf_hqq.maths.zero_point_solver import dequantize
 from nncf_hqq.maths.zero_point_solver import map_row_blocks
-from nncf_hqq.maths.zero_point_solver import quantize
 from nncf_hqq.maths.zero_point_solver import stored_scale_zero_point
 
 # Bounds of the unit-gain factor of a group: a group whose reconstruction is (nearly) orthogonal to it would
 # otherwise get an unbounded factor; a factor outside [1/2, 2] means the codes no longer describe the group.
 UNIT_GAIN_LIMITS = (0.5, 2.0)
+
+
+def quantize(weight: Tensor, inverse_scale: Tensor, zero: Tensor, num_bits: int) -> Tensor:
+    """
+    The nearest codes clip(round(W * s + z), 0, 2^b - 1) of the weight W, as floats.
+
+    :param weight: The weight W.
+    :param inverse_scale: The inverse scale s of every group.
+    :param zero: The zero point z of every group.
+    :param num_bits: The number of bits b of a code.
+    :return: The codes.
+    """
+    return fns.clip(fns.round(weight * inverse_scale + zero), 0.0, 2.0**num_bits - 1)
+
+
+def dequantize(codes: Tensor, inverse_scale: Tensor, zero: Tensor) -> Tensor:
+    """
+    The reconstruction (Wq - z) / s of the codes Wq.
+
+    :param codes: The codes Wq.
+    :param inverse_scale: The inverse scale s of every group.
+    :param zero: The zero point z of every group.
+    :return: The reconstructed weight.
+    """
+    return (codes - zero) / inverse_scale
 
 
 def levels_max(num_bits: int) -> float:

@@ -11,14 +11,14 @@ from nncf.tensor import TensorDataType
 from nncf.tensor import functions as fns
 
 from nncf_hqq.maths.data_free_steps import cap_inverse_scale_to_extremes
+from nncf_hqq.maths.data_free_steps import dequantize
 from nncf_hqq.maths.data_free_steps import levels_max
+from nncf_hqq.maths.data_free_steps import quantize
 from nncf_hqq.maths.data_free_steps import round_to_f16
 from nncf_hqq.maths.data_free_steps import signed_magnitude
 from nncf_hqq.maths.data_free_steps import weighted_mean
 from nncf_hqq.maths.zero_point_solver import F16_MAX
 from nncf_hqq.maths.zero_point_solver import F16_TINY
-from nncf_hqq.maths.zero_point_solver import dequantize
-from nncf_hqq.maths.zero_point_solver import quantize
 
 
 def mean_absolute_error(

@@ -7,7 +7,7 @@ from nncf.tensor import Tensor
 from nncf.tensor import TensorDataType
 from nncf.tensor import functions as fns
 
-from nncf_hqq.maths.zero_point_solver import quantize
+from nncf_hqq.maths.data_free_steps import quantize
 
 
 def output_projections(values: Tensor, activations: Tensor) -> Tensor:

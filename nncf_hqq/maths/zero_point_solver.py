@@ -57,31 +57,6 @@ def min_max_init_for_range(w_min: Tensor, w_max: Tensor, num_bits: int) -> tuple
     return inverse_scale, -w_min * inverse_scale
 
 
-def quantize(weight: Tensor, inverse_scale: Tensor, zero: Tensor, num_bits: int) -> Tensor:
-    """
-    The nearest codes clip(round(W * s + z), 0, 2^b - 1) of the weight W, as floats.
-
-    :param weight: The weight W.
-    :param inverse_scale: The inverse scale s of every group.
-    :param zero: The zero point z of every group.
-    :param num_bits: The number of bits b of a code.
-    :return: The codes.
-    """
-    return fns.clip(fns.round(weight * inverse_scale + zero), 0.0, 2.0**num_bits - 1)
-
-
-def dequantize(codes: Tensor, inverse_scale: Tensor, zero: Tensor) -> Tensor:
-    """
-    The reconstruction (Wq - z) / s of the codes Wq.
-
-    :param codes: The codes Wq.
-    :param inverse_scale: The inverse scale s of every group.
-    :param zero: The zero point z of every group.
-    :return: The reconstructed weight.
-    """
-    return (codes - zero) / inverse_scale
-
-
 def map_row_blocks(
     function: Callable[..., tuple[Tensor, ...]], *rows: Tensor, pool: ThreadPoolExecutor | None = None
 ) -> list[Tensor]:

@@ -33,7 +33,7 @@ def test_refinement_clips_no_extreme_and_lowers_the_error(seed):
     position = weight * refined[0] + refined[1]  # the code position of every weight: within [-0.5, 15.5]
     assert fns.min(position).item() >= -0.5 - 1e-4 and fns.max(position).item() <= 15.5 + 1e-4
     errors = [
-        fns.mean((solver.dequantize(solver.quantize(weight, s, z, 4), s, z) - weight) ** 2).item()
+        fns.mean((steps.dequantize(steps.quantize(weight, s, z, 4), s, z) - weight) ** 2).item()
         for s, z in (iterated, refined)
     ]
     assert errors[1] < errors[0]
