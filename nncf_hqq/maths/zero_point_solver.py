@@ -84,8 +84,8 @@ def optimize_zero_point(
     HQQ's zero-point iterations with a fixed scale: nearest codes, then the zero point that fits them, until the mean
     absolute error of the tensor stops decreasing. This is HQQ's half-quadratic solver where its lp shrinkage is
     inactive (no error above its threshold, as on weights of usual magnitude). A group whose zero point no longer
-    changes has reached its fixed point (its codes and error stay as they are), so the iterations drop the settled
-    groups once at least half of the groups they compute have settled; most settle within a few iterations.
+    changes has reached its fixed point (its codes and error stay as they are), so each iteration only computes the
+    groups still moving; most settle within a few iterations.
 
     :param weight: The grouped weight (float32).
     :param inverse_scale: The inverse scale s of every group.
@@ -97,34 +97,25 @@ def optimize_zero_point(
     """
     rows, s, z = (fns.reshape(fns.moveaxis(x, axis, -1), (-1, x.shape[axis])) for x in (weight, inverse_scale, zero))
     best_zero, group_error, best_error = z.clone(), fns.zeros_like(z), float("inf")
-    computed = fns.arange(z.shape[0], backend=z.backend, device=z.device)
+    moving = fns.arange(z.shape[0], backend=z.backend, device=z.device)
 
-    def step(rows: Tensor, scaled: Tensor, s: Tensor, z: Tensor) -> tuple[Tensor, Tensor]:
-        # In place where the bits stay those of the formulas: a block's few arrays stay in a core's cache.
+    def step(rows: Tensor, s: Tensor, z: Tensor) -> tuple[Tensor, Tensor]:
+        scaled = rows * s
         codes = fns.clip(fns.round(scaled + z), 0.0, 2.0**num_bits - 1)
-        error = codes - z
-        error /= s
-        error -= rows  # (Wq - z) / s - W: the error's sign flipped, its absolute value the same
-        codes -= scaled
-        return fns.mean(fns.abs(error), axis=1, keepdims=True), fns.mean(codes, axis=1, keepdims=True)
+        error = fns.mean(fns.abs(rows - (codes - z) / s), axis=1, keepdims=True)  # W - (Wq - z) / s
+        return error, fns.mean(codes - scaled, axis=1, keepdims=True)
 
     with ThreadPoolExecutor(BLOCK_THREADS) as pool:  # its threads start once, as the first blocks need them
-        (scaled,) = map_row_blocks(lambda rows, s: (rows * s,), rows, s, pool=pool)
         for _ in range(iterations):
-            group_error[computed], updated = map_row_blocks(step, rows, scaled, s, z, pool=pool)
+            group_error[moving], updated = map_row_blocks(step, rows, s, z, pool=pool)
             error = fns.mean(group_error).item()
             if not error < best_error:
                 break
-            best_error, best_zero[computed] = error, z
-            moving = (updated != z)[:, 0]
-            count = fns.count_nonzero(moving).item()
-            if count == 0:
+            best_error, best_zero[moving] = error, z
+            still = (updated != z)[:, 0]
+            moving, rows, s, z = moving[still], rows[still], s[still], updated[still]
+            if moving.size == 0:
                 break
-            if 2 * count > moving.shape[0]:  # computing the settled groups again costs less than leaving them out
-                z = updated
-                continue
-            computed, rows, scaled = computed[moving], rows[moving], scaled[moving]
-            s, z = s[moving], updated[moving]
     return fns.moveaxis(fns.reshape(best_zero, fns.moveaxis(zero, axis, -1).shape), -1, axis)
 
 
