@@ -2,9 +2,10 @@
 functions from here. Each function lives in the module named after its step (the pull-request series places each
 one into NNCF's tree with the patch that adds the step, ``upstream/series.py``):
 
-- ``zero_point_solver``: HQQ's float zero point and the least-squares refinement (patch 0001);
-- ``data_free_steps``: the input-weighted refinement, the codes against the stored values (NNCF's quantization), the
-  per-group RTN fallback and unit gain (patch 0003);
+- ``zero_point_solver``: HQQ's float zero point (patch 0001);
+- ``data_free_steps``: the codes and reconstruction of HQQ's convention, the least-squares refinement (plain and
+  input-weighted), the codes against the stored values (NNCF's quantization), the per-group RTN fallback and unit
+  gain (patch 0003);
 - ``grids``: grouping, RTN parameters and encoding at any bit width (INT3/INT2_ASYM have no NNCF mode; the
   series calls NNCF's helpers instead);
 - ``scale_on_data``: the scale refinement on calibration inputs.

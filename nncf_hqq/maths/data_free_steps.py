@@ -3,8 +3,9 @@ HQQ's data-free steps beyond its solver, as pure functions over nncf.tensor: the
 and zero point (plain and input-weighted), the codes against the values a model stores, the per-group choice between
 two compressions (the RTN fallback) and unit gain.
 
-Grouping, round-to-nearest parameters, quantization and dequantization are NNCF's (``weight_lowering.py``); what is
-here computes what NNCF has no function for.
+Grouping, round-to-nearest parameters and the stored codes are NNCF's (``weight_lowering.py``); what is here computes
+what NNCF has no function for. ``quantize``/``dequantize`` are HQQ's convention inside the steps' rounds (the inverse
+scale s, codes as floats): Wq = clip(round(W * s + z), 0, 2^b - 1), reconstructed as (Wq - z) / s.
 """
 
 from nncf.quantization.algorithms.weight_compression.config import WeightCompressionConfig
