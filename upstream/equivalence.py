@@ -72,6 +72,11 @@ BATCHED_SHAPE = {"experts": 4, "tokens": 8, "hidden": 64, "outputs": 64, "head":
 #: Both sides run NNCF's and nncf_hqq's numpy references: the patched trees have no compiled kernels of HQQ's, and
 #: NNCF's own compiled compression functions are then off on both sides too.
 REFERENCE_ENVIRONMENT = {"NNCF_DISABLE_OPTIMIZED_COMPRESSION": "1"}
+#: NNCF's switch for its CI: no telemetry. Each ``compress_weights`` call otherwise sends an event from a worker
+#: thread of openvino-telemetry, which forks a child process to send it; OpenBLAS stops its own threads before every
+#: fork, and a threaded matmul the main thread has in flight at that moment then waits for them forever (the hang of
+#: 2026-12-07 in the research log). The many tiny compressions here make that likely; it also costs ~8 s a run.
+NO_TELEMETRY_ENVIRONMENT = {"NNCF_CI": "1"}
 #: 0003's data-free steps switched off one at a time (``AdvancedHQQParameters`` and ``HQQParameters`` names), for
 #: their ablation rows: each case is ``hqq_int4_asym_g64`` (or ``hqq_int4_sym``) but for one step.
 SWITCHES = (
@@ -352,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--build", choices=BUILDS, default="series", help="which build's cases to run")
     args = parser.parse_args(argv)
     sys.meta_path.insert(0, _ForbidNNCFHQQ())
-    os.environ.update(REFERENCE_ENVIRONMENT)
+    os.environ.update(REFERENCE_ENVIRONMENT | NO_TELEMETRY_ENVIRONMENT)
     import nncf
 
     saved: dict[str, np.ndarray] = {"nncf_file": np.array(str(Path(nncf.__file__).resolve()))}
