@@ -27,6 +27,7 @@ from nncf_hqq.maths.core import rtn_scale_zero_point
 from nncf_hqq.maths.core import split_into_groups
 from nncf_hqq.maths.grids import symmetric_init
 from nncf_hqq.maths.solver import hqq_solve
+from nncf_hqq.parameters import HQQ_CORE
 from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import HQQ_REFERENCE
 
@@ -148,6 +149,35 @@ def test_unguarded_hqq_can_lose_to_rtn_on_a_group_that_rtn_represents_exactly() 
     assert nncf_rtn_group_sse(weight, 8, 4)[0] < 1e-12
     assert group_sse(weight, HQQ(PLAIN), config)[0] > 1e-6
     assert group_sse(weight, HQQ(GUARDED), config)[0] < 1e-12
+
+
+def narrow_weight(kind: str) -> np.ndarray:
+    """Weights whose groups are narrower than HQQ's clamp (``MIN_GROUP_RANGE``, 7.5e-4): small weights, a small
+    spread far from zero, constant rows."""
+    noise = np.random.default_rng(9).standard_normal((32, 256)).astype(np.float32)
+    return {
+        "t3-std-1e-4": heavy_tailed((32, 256), seed=9) * np.float32(1e-4 / 0.02),
+        "t3-std-1e-5": heavy_tailed((32, 256), seed=9) * np.float32(1e-5 / 0.02),
+        "offset-0.02-spread-1e-5": np.float32(0.02) + noise * np.float32(1e-5),
+        "offset-minus-0.5-spread-1e-4": np.float32(-0.5) + noise * np.float32(1e-4),
+        "constant-0.01": np.full((32, 256), 0.01, dtype=np.float32),
+    }[kind]
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["t3-std-1e-4", "t3-std-1e-5", "offset-0.02-spread-1e-5", "offset-minus-0.5-spread-1e-4", "constant-0.01"],
+)
+@pytest.mark.parametrize(("num_bits", "group_size"), [(4, 32), (8, -1)], ids=["int4-g32", "int8-per-channel"])
+def test_core_hqq_not_above_rtn_on_narrow_groups(kind: str, num_bits: int, group_size: int) -> None:
+    """Without the RTN guard (0001's HQQ), a narrow group is not put on a grid wider than its weights (HQQ's clamp
+    made std-1e-5 weights 69x RTN's error) nor on a tiny scale with a large zero point (constant rows 5x)."""
+    weight = narrow_weight(kind)
+    mode = CompressWeightsMode.INT4_ASYM if num_bits == 4 else CompressWeightsMode.INT8_ASYM
+    config = WeightCompressionConfig(mode, group_size)
+    ours = group_sse(weight, HQQ(HQQ_CORE, mode), config).sum()
+    rtn = nncf_rtn_group_sse(weight, group_size, num_bits).sum()
+    assert ours <= rtn * (1 + 1e-6)
 
 
 @pytest.mark.parametrize("value", [0.0, 1e-30, 1e-8, 3.7, -5.0, 1e4, -6e4], ids=lambda v: f"constant={v:g}")

@@ -52,6 +52,7 @@ from nncf_hqq.kernels.runtime import rows_per_block
 from nncf_hqq.kernels.runtime import stack_columns
 from nncf_hqq.kernels.runtime import tensor_fallback_reason
 from nncf_hqq.kernels.runtime import true_divide
+from nncf_hqq.maths.core import F16_TINY
 from nncf_hqq.maths.core import MAX_ABS_ZERO
 from nncf_hqq.maths.core import MIN_GROUP_RANGE
 from nncf_hqq.maths.core import dequantize
@@ -570,9 +571,13 @@ def compiled_initial_sweep(group_size: int, num_bits: int) -> InitialSweep:
 def min_max_init_nodes(w_min: ov.Node, w_max: ov.Node, q_max: float) -> tuple[ov.Node, ov.Node]:
     """``core.min_max_init_for_range`` as OpenVINO nodes, in its order of f32 operations (its constants rounded to
     f32 as numpy rounds them, the division kept a division), so the same values bit for bit."""
+    zero = opset.constant(np.float32(0.0))
+    narrow = opset.less(opset.subtract(w_max, w_min), opset.constant(np.float32(MIN_GROUP_RANGE)))
+    w_min = opset.select(narrow, opset.minimum(w_min, zero), w_min)
+    w_max = opset.select(narrow, opset.maximum(w_max, zero), w_max)
     zero_range = opset.multiply(opset.abs(w_min), opset.constant(np.float32(q_max / MAX_ABS_ZERO)))
     widened = opset.maximum(opset.subtract(w_max, w_min), zero_range)
-    floor = opset.constant(np.float32(MIN_GROUP_RANGE))
+    floor = opset.constant(np.float32(q_max * F16_TINY))
     inverse_scale = true_divide(opset.constant(np.float32(q_max)), opset.maximum(widened, floor))
     return inverse_scale, opset.multiply(opset.negative(w_min), inverse_scale)
 

@@ -41,7 +41,7 @@ from nncf_hqq.maths.conversion import contiguous
 from nncf_hqq.maths.conversion import encode
 from nncf_hqq.maths.conversion import hqq_to_nncf
 from nncf_hqq.maths.conversion import to_compressed_weight
-from nncf_hqq.maths.core import MIN_GROUP_RANGE
+from nncf_hqq.maths.core import F16_TINY
 from nncf_hqq.maths.core import choose_per_group
 from nncf_hqq.maths.core import levels_max
 from nncf_hqq.maths.core import rescaled
@@ -661,7 +661,7 @@ class RefinementGraph(RowMeans):
     def cap_to_extremes(self, s: ov.Node, z: ov.Node) -> ov.Node:
         """``core.cap_inverse_scale_to_extremes``: the largest ``s`` (up to the given one) that keeps the row's
         minimum and maximum within half a step of the code range."""
-        zero, no_cap = opset.constant(np.float32(0.0)), opset.constant(np.float32(self.q_max / MIN_GROUP_RANGE))
+        zero, no_cap = opset.constant(np.float32(0.0)), opset.constant(np.float32(1.0 / F16_TINY))
         one = opset.constant(np.float32(1.0))
         positive, negative = opset.greater(self.w_max, zero), opset.less(self.w_min, zero)
         top = opset.subtract(opset.constant(np.float32(self.q_max + 0.5)), z)

@@ -18,7 +18,6 @@ from nncf.tensor import functions as fns
 
 from nncf_hqq.maths.zero_point_solver import F16_MAX
 from nncf_hqq.maths.zero_point_solver import F16_TINY
-from nncf_hqq.maths.zero_point_solver import MIN_GROUP_RANGE
 from nncf_hqq.maths.zero_point_solver import as_float32
 from nncf_hqq.maths.zero_point_solver import map_row_blocks
 from nncf_hqq.maths.zero_point_solver import stored_scale_zero_point
@@ -131,7 +130,7 @@ def cap_inverse_scale_to_extremes(
     """
     q_max = 2.0**num_bits - 1
     w_min, w_max = extremes
-    no_cap = q_max / MIN_GROUP_RANGE
+    no_cap = 1.0 / F16_TINY  # above every initial s: q_max / (q_max * F16_TINY)
     upper = fns.where(w_max > 0.0, (q_max + 0.5 - zero) / fns.where(w_max > 0.0, w_max, 1.0), no_cap)
     lower = fns.where(w_min < 0.0, (zero + 0.5) / fns.where(w_min < 0.0, -w_min, 1.0), no_cap)
     cap = fns.minimum(upper, lower)

@@ -17,8 +17,10 @@ from nncf.tensor import Tensor
 from nncf.tensor import TensorDataType
 from nncf.tensor import functions as fns
 
-# Smallest span (max - min) a group is quantized on, at every bit width: a constant group would divide by zero. Its
-# scale span / (2^b - 1) (5e-5 at 4 bits, 2.9e-6 at 8) stays above float16's smallest positive value F16_TINY.
+# Span (max - min) below which a group is narrow: where HQQ's published clamp of the inverse scale (2e4, "to avoid
+# half-precision problems") acts at 4 bits (15 / 2e4). A narrow group's range is extended to zero, as NNCF's
+# round-to-nearest does: a group far from zero would otherwise need a tiny scale and a large zero point, which
+# float16 stores coarsely. It is not widened to this span: a grid wider than the weights' is worse than rounding.
 MIN_GROUP_RANGE = 7.5e-4
 # Largest |zero point| of the initialisation: float16 holds every integer up to 2^11 exactly (a code's precision).
 MAX_ABS_ZERO = 2048.0
@@ -43,8 +45,9 @@ def as_float32(x: Tensor) -> Tensor:
 
 def min_max_init_for_range(w_min: Tensor, w_max: Tensor, num_bits: int) -> tuple[Tensor, Tensor]:
     """
-    HQQ's initialisation s = (2^b - 1) / (max - min), z = -min * s; the range is at least MIN_GROUP_RANGE and
-    widened where |z| would exceed MAX_ABS_ZERO.
+    HQQ's initialisation s = (2^b - 1) / (max - min), z = -min * s; the range of a group narrower than
+    MIN_GROUP_RANGE includes zero, the range is widened where |z| would exceed MAX_ABS_ZERO, and it is at least
+    (2^b - 1) * F16_TINY, whose scale is float16's smallest positive value (a constant group would divide by zero).
 
     :param w_min: The minimum of every group.
     :param w_max: The maximum of every group.
@@ -52,8 +55,10 @@ def min_max_init_for_range(w_min: Tensor, w_max: Tensor, num_bits: int) -> tuple
     :return: The inverse scale and the zero point of every group.
     """
     q_max = 2.0**num_bits - 1
+    narrow = w_max - w_min < MIN_GROUP_RANGE
+    w_min, w_max = fns.where(narrow, fns.minimum(w_min, 0.0), w_min), fns.where(narrow, fns.maximum(w_max, 0.0), w_max)
     widened = fns.maximum(w_max - w_min, fns.abs(w_min) * (q_max / MAX_ABS_ZERO))
-    inverse_scale = q_max / fns.maximum(widened, MIN_GROUP_RANGE)
+    inverse_scale = q_max / fns.maximum(widened, q_max * F16_TINY)
     return inverse_scale, -w_min * inverse_scale
 
 
