@@ -8,6 +8,7 @@ from nncf.quantization.algorithms.weight_compression.hqq import HQQ
 from nncf.quantization.algorithms.weight_compression.weight_lowering import do_integer_dequantization
 from nncf.quantization.algorithms.weight_compression.weight_lowering import do_integer_quantization
 from nncf.tensor import Tensor
+from nncf.tensor import TensorDataType
 
 INT4_G32 = WeightCompressionConfig(CompressWeightsMode.INT4_ASYM, group_size=32)
 
@@ -54,6 +55,26 @@ def test_int8_rows_of_small_range_are_not_widened(to_tensor):
     weight = to_tensor((np.random.default_rng(0).standard_normal((16, 256)) * 1e-3).astype(np.float32))
     config = WeightCompressionConfig(CompressWeightsMode.INT8_ASYM)
     assert squared_error(weight, hqq_params(weight, config=config), config) <= squared_error(weight, None, config)
+
+
+@pytest.mark.parametrize("mode", [CompressWeightsMode.INT4_ASYM, CompressWeightsMode.INT8_ASYM])
+@pytest.mark.parametrize("kind", ["std-1e-4", "std-1e-5", "offset-0.02-spread-1e-5", "constant-0.01"])
+def test_narrow_groups_are_not_above_round_to_nearest(kind, mode, to_tensor):
+    """A group narrower than HQQ's clamp (hqq_solver.MIN_GROUP_RANGE) is quantized on its range extended to zero."""
+    noise = np.random.default_rng(9).standard_normal((32, 128)).astype(np.float32)
+    weight = {
+        "std-1e-4": random_weight(9) * np.float32(1e-4 / 0.02),
+        "std-1e-5": random_weight(9) * np.float32(1e-5 / 0.02),
+        "offset-0.02-spread-1e-5": np.float32(0.02) + noise * np.float32(1e-5),
+        "constant-0.01": np.full((32, 128), 0.01, dtype=np.float32),
+    }[kind]
+    config = INT4_G32 if mode == CompressWeightsMode.INT4_ASYM else WeightCompressionConfig(mode)
+    weight = to_tensor(weight)
+    rtn = do_integer_quantization(weight, config, 1)  # its scale as the model stores it, in float16
+    rtn.scale = rtn.scale.astype(TensorDataType.float16).astype(TensorDataType.float32)
+    axis = -1 if config.group_size == -1 else 1
+    rtn_error = fns.mean((do_integer_dequantization(rtn, axis) - weight) ** 2).item()
+    assert squared_error(weight, hqq_params(weight, config=config), config) <= rtn_error * (1 + 1e-6)
 
 
 def test_iterations_lower_the_error_of_the_range_initialisation(to_tensor):
