@@ -34,19 +34,34 @@ def reference_log_probs(ir_dir: Path, root: Path, windows: list[np.ndarray]) -> 
     return np.load(path, mmap_mode="r")
 
 
-def evaluate_against(model: ov.Model, windows: list[np.ndarray], reference: np.ndarray) -> dict[str, float]:
+def window_sums(model: ov.Model, windows: list[np.ndarray], reference: np.ndarray) -> dict[str, list[float]]:
+    """Per window: the summed negative log-likelihood and the tokens it predicts, the summed KL(P_fp || P), the
+    positions where both models' top token agree, and the positions (for intervals over windows)."""
     llm = StatefulLLM(model)
-    kl = nll = 0.0
-    top1 = positions = predicted = 0
+    sums: dict[str, list[float]] = {"nll": [], "predicted": [], "kl": [], "top1": [], "positions": []}
     for ids, ref in zip(windows, reference, strict=True):
         logp = log_softmax64(llm.logits(ids))
         ref64 = np.asarray(ref, dtype=np.float64)
-        kl += float((np.exp(ref64) * (ref64 - logp)).sum())
-        top1 += int((logp.argmax(-1) == ref64.argmax(-1)).sum())
-        nll += nll_sum(logp, ids)
-        positions += len(ids)
-        predicted += len(ids) - 1
-    return {"ppl": float(np.exp(nll / predicted)), "kl": kl / positions, "top1": top1 / positions}
+        sums["kl"].append(float((np.exp(ref64) * (ref64 - logp)).sum()))
+        sums["top1"].append(float((logp.argmax(-1) == ref64.argmax(-1)).sum()))
+        sums["nll"].append(float(nll_sum(logp, ids)))
+        sums["positions"].append(float(len(ids)))
+        sums["predicted"].append(float(len(ids) - 1))
+    return sums
+
+
+def metrics_of_sums(sums: dict[str, np.ndarray] | dict[str, list[float]]) -> dict[str, float]:
+    """PPL, KL and top-1 of (a resample of) the windows' sums."""
+    total = {key: float(np.sum(values)) for key, values in sums.items()}
+    return {
+        "ppl": float(np.exp(total["nll"] / total["predicted"])),
+        "kl": total["kl"] / total["positions"],
+        "top1": total["top1"] / total["positions"],
+    }
+
+
+def evaluate_against(model: ov.Model, windows: list[np.ndarray], reference: np.ndarray) -> dict[str, float]:
+    return metrics_of_sums(window_sums(model, windows, reference))
 
 
 def reference_metrics(windows: list[np.ndarray], reference: np.ndarray) -> dict[str, float]:
@@ -54,3 +69,32 @@ def reference_metrics(windows: list[np.ndarray], reference: np.ndarray) -> dict[
     nll = sum(nll_sum(np.asarray(ref, dtype=np.float64), ids) for ids, ref in zip(windows, reference, strict=True))
     predicted = sum(len(ids) - 1 for ids in windows)
     return {"ppl": float(np.exp(nll / predicted)), "kl": 0.0, "top1": 1.0}
+
+
+#: Resamples of the windows for the paired intervals, and their confidence level.
+BOOTSTRAP_DRAWS = 2000
+INTERVAL_LEVEL = 0.95
+
+
+def paired_interval(
+    row: dict[str, list[float]], base: dict[str, list[float]], seed: int = 0
+) -> dict[str, tuple[float, float, float]]:
+    """The difference row - base of PPL, KL and top-1 on the same windows, and its paired bootstrap interval: the
+    windows resampled with replacement (the same draw for both rows), ``INTERVAL_LEVEL`` of the resamples' differences
+    inside. A difference whose interval holds zero is within what the choice of windows moves."""
+    rng = np.random.default_rng(seed)
+    arrays = {key: np.asarray(values) for key, values in row.items()}, {k: np.asarray(v) for k, v in base.items()}
+    count = len(arrays[0]["nll"])
+    draws = rng.integers(0, count, size=(BOOTSTRAP_DRAWS, count))
+    point = {key: metrics_of_sums(arrays[0])[key] - metrics_of_sums(arrays[1])[key] for key in ("ppl", "kl", "top1")}
+    resampled: dict[str, list[float]] = {key: [] for key in point}
+    for draw in draws:
+        ours = metrics_of_sums({key: values[draw] for key, values in arrays[0].items()})
+        theirs = metrics_of_sums({key: values[draw] for key, values in arrays[1].items()})
+        for key in point:
+            resampled[key].append(ours[key] - theirs[key])
+    tail = 100 * (1 - INTERVAL_LEVEL) / 2
+    return {
+        key: (point[key], float(np.percentile(values, tail)), float(np.percentile(values, 100 - tail)))
+        for key, values in resampled.items()
+    }

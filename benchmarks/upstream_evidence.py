@@ -291,7 +291,8 @@ def compress(
     ir: Path, out: Path | str, group_size: int, row: Row, all_layers: bool = False, dataset: Path | None = None
 ) -> float:
     """Runs one child (``tree/src`` alone on its ``PYTHONPATH``, or none for the installed nncf); its seconds."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # NNCF_CI: no telemetry, whose event forks from a thread under a threaded matmul (docs/research-log.md, 2026-12-07)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"NNCF_CI": "1"}
     if row.tree is not None:
         env["PYTHONPATH"] = str((row.tree / "src").resolve())
     done = subprocess.run(
@@ -341,9 +342,11 @@ def held(lock: str | None) -> Iterator[None]:
 
 def llm_part(model: str, rows: dict[str, Row], tmp: Path, reused: dict[str, Any] | None) -> dict[str, Any]:
     import openvino as ov
-    from _sequential import evaluate_against
+    from _sequential import metrics_of_sums
+    from _sequential import paired_interval
     from _sequential import reference_log_probs
     from _sequential import reference_metrics
+    from _sequential import window_sums
 
     from nncf_hqq.llm.layout import ir_xml
     from nncf_hqq.llm.texts import load_tokenizer
@@ -359,6 +362,7 @@ def llm_part(model: str, rows: dict[str, Row], tmp: Path, reused: dict[str, Any]
     reference = reference_log_probs(ir_dir, cache_dir() / "fp_logp" / model, windows)
     metrics: dict[str, dict[str, float]] = {"float": reference_metrics(windows, reference)}
     seconds: dict[str, float] = {}
+    sums: dict[str, dict[str, list[float]]] = {}
     if reused is not None:
         metrics["rtn"], seconds["rtn"] = reused["metrics"]["rtn"], reused["compress_seconds"]["rtn"]
     dataset = (
@@ -369,14 +373,28 @@ def llm_part(model: str, rows: dict[str, Row], tmp: Path, reused: dict[str, Any]
             continue
         out = tmp / f"{model}_{name}.xml"
         seconds[name] = compress(ir_xml(ir_dir), out, group_size, row, dataset=dataset)
-        metrics[name] = evaluate_against(ov.Core().read_model(out), windows, reference)
+        sums[name] = window_sums(ov.Core().read_model(out), windows, reference)
+        metrics[name] = metrics_of_sums(sums[name])
         out.unlink()
         out.with_suffix(".bin").unlink()
         print(f"  {model} {name}: {metrics[name]} (compressed in {seconds[name]:.1f} s)", flush=True)
     fp, rtn = metrics["float"]["ppl"], metrics["rtn"]["ppl"]
     for name in rows:
         metrics[name]["ppl_gap_closed"] = gap_closed(rtn, metrics[name]["ppl"], fp)
-    return {"group_size": group_size, "windows": count, "metrics": metrics, "compress_seconds": seconds}
+    intervals = {
+        f"{name} - {base}": paired_interval(sums[name], sums[base])
+        for name in sums
+        for base in dict.fromkeys(("rtn", name.split(" ")[0]))
+        if base != name and base in sums
+    }
+    return {
+        "group_size": group_size,
+        "windows": count,
+        "metrics": metrics,
+        "compress_seconds": seconds,
+        "window_sums": sums,
+        "intervals": intervals,
+    }
 
 
 def self_calibration_tokens(ir_dir: Path, path: Path) -> Path:
@@ -462,6 +480,18 @@ def time_part(rows: dict[str, Row], repeats: int, tmp: Path) -> dict[str, Any]:
     return results
 
 
+def interval_lines(part: dict[str, Any]) -> list[str]:
+    """The paired differences of an LLM part's rows with their bootstrap intervals over windows (none in runs saved
+    before they were recorded)."""
+    lines = []
+    for pair, values in part.get("intervals", {}).items():
+        shown = ", ".join(f"{key} {point:+.4g} [{low:+.4g}, {high:+.4g}]" for key, (point, low, high) in values.items())
+        lines.append(f"- {pair}: {shown}")
+    if lines:
+        lines.insert(0, "paired differences, 95% bootstrap intervals over the windows:")
+    return lines
+
+
 def print_tables(record: dict[str, Any]) -> None:
     parts = record["parts"]
     for model in ("smollm2", "qwen"):
@@ -475,6 +505,8 @@ def print_tables(record: dict[str, Any]) -> None:
             seconds = part["compress_seconds"].get(name)
             shown = "" if seconds is None else f"{seconds:.1f}"
             print(f"{name:<34}{values['ppl']:>9.2f}{closed:>12}{values['kl']:>9.4f}{values['top1']:>9.4f}{shown:>12}")
+        for line in interval_lines(part):
+            print(line)
     for model in ("minilm", "mpnet"):
         if model not in parts:
             continue
@@ -515,6 +547,7 @@ def markdown(record: dict[str, Any]) -> str:
             lines.append(
                 f"| {name} | {values['ppl']:.2f} | {closed} | {values['kl']:.4f} | {values['top1']:.4f} | {shown} |"
             )
+        lines += ["", *interval_lines(part)]
     for model in ("minilm", "mpnet"):
         if model not in parts:
             continue

@@ -18,7 +18,7 @@ from tests.test_api import zero_point_types
 HIDDEN, HEADS = 64, 4
 
 
-def attention_model(decomposed: bool) -> ov.Model:
+def attention_model(decomposed: bool, softmax_in_f16: bool = False) -> ov.Model:
     """x -> q/k/v projections -> [1, heads, seq, dim] -> attention (SDPA or MatMul-Softmax-MatMul) -> out proj."""
     rng = np.random.default_rng(0)
     x = opset.parameter([1, -1, HIDDEN], ov.Type.f32, name="x")
@@ -32,6 +32,8 @@ def attention_model(decomposed: bool) -> ov.Model:
     q, k, v = project("q_proj"), project("k_proj"), project("v_proj")
     if decomposed:
         scores = opset.softmax(opset.matmul(q, k, False, True), -1)
+        if softmax_in_f16:  # as an eager attention exported in f16: the scores pass through conversions
+            scores = opset.convert(opset.convert(scores, ov.Type.f16), ov.Type.f32)
         attended = opset.matmul(scores, v, False, False)
     else:
         attended = opset.scaled_dot_product_attention(q, k, v, causal=True)
@@ -53,8 +55,9 @@ def test_roles_through_scaled_dot_product_attention() -> None:
     assert attention_role(nodes["o_proj"]) is None
 
 
-def test_value_role_in_decomposed_attention() -> None:
-    model = attention_model(decomposed=True)
+@pytest.mark.parametrize("softmax_in_f16", [False, True], ids=["softmax", "softmax-converted"])
+def test_value_role_in_decomposed_attention(softmax_in_f16: bool) -> None:
+    model = attention_model(decomposed=True, softmax_in_f16=softmax_in_f16)
     nodes = constants(model)
     assert attention_role(nodes["v_proj"]) is AttentionRole.VALUE
     assert attention_role(nodes["q_proj"]) is None  # query and key are not told apart without SDPA

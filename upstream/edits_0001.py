@@ -104,6 +104,14 @@ class HQQAlgoBackend(WeightCompressionAlgoBackend):
         """
         Property for the backend-specific metatypes of the operations that read a tensor's shape only.
         """
+
+    @property
+    @abstractmethod
+    def convert_metatypes(self) -> list[OperatorMetatype]:
+        """
+        Property for the backend-specific metatypes of element-type conversions (a softmax exported in float16
+        reaches the MatMul with the values through them).
+        """
 '''
 
 OV_HQQ_ALGO_BACKEND = """
@@ -120,6 +128,10 @@ class OVHQQAlgoBackend(HQQAlgoBackend, OVWeightCompressionAlgoBackend):
     @property
     def shapeof_metatypes(self) -> list[OperatorMetatype]:
         return [om.OVShapeOfMetatype]
+
+    @property
+    def convert_metatypes(self) -> list[OperatorMetatype]:
+        return [om.OVConvertMetatype]
 """
 
 
@@ -398,7 +410,7 @@ OV_ZERO_POINT_DTYPES = """
 
 OV_HQQ_TESTS = """
 
-def get_hqq_attention_model() -> ov.Model:
+def get_hqq_attention_model(decomposed: bool = False) -> ov.Model:
     rng = np.random.default_rng(0)
     x = opset.parameter([1, 8, 64], ov.Type.f32, name="x")
 
@@ -406,17 +418,21 @@ def get_hqq_attention_model() -> ov.Model:
         weight = opset.constant((rng.standard_t(4, (64, 64)) * 0.05).astype(np.float32), name=name)
         return opset.matmul(input, weight, False, True, name=f"{name}/matmul")
 
-    attention = opset.scaled_dot_product_attention(*(linear(x, name) for name in ("q", "k", "v")), causal=True)
-    return ov.Model([linear(attention, "o")], [x])
+    q, k, v = (linear(x, name) for name in ("q", "k", "v"))
+    if decomposed:  # as an eager attention exported in float16: the softmax reaches the values through Converts
+        scores = opset.convert(opset.convert(opset.softmax(opset.matmul(q, k, False, True), -1), "f16"), "f32")
+        return ov.Model([linear(opset.matmul(scores, v, False, False), "o")], [x])
+    return ov.Model([linear(opset.scaled_dot_product_attention(q, k, v, causal=True), "o")], [x])
 
 
 HQQ_INT4 = {"mode": CompressWeightsMode.INT4_ASYM, "ratio": 1.0, "group_size": 32, "all_layers": True}
 
 
+@pytest.mark.parametrize("decomposed", [False, True])
 @pytest.mark.parametrize("rtn_value_projections", [True, False])
-def test_hqq_attention_values_keep_rounding(rtn_value_projections):
+def test_hqq_attention_values_keep_rounding(rtn_value_projections, decomposed):
     params = CompressionParams(hqq_params=HQQParams(rtn_value_projections=rtn_value_projections))
-    model = compress_weights(get_hqq_attention_model(), hqq=True, advanced_parameters=params, **HQQ_INT4)
+    model = compress_weights(get_hqq_attention_model(decomposed), hqq=True, advanced_parameters=params, **HQQ_INT4)
     found = {op.get_friendly_name(): op.get_element_type() for op in model.get_ops()}
     assert [found[f"{name}/zero_point"] for name in ("q", "k", "o")] == [ov.Type.f16] * 3
     assert (found["v/zero_point"] == ov.Type.u4) == rtn_value_projections

@@ -30,6 +30,10 @@ class PTHQQAlgoBackend(HQQAlgoBackend, PTWeightCompressionAlgoBackend):
     @property
     def shapeof_metatypes(self) -> list[OperatorMetatype]:
         return []
+
+    @property
+    def convert_metatypes(self) -> list[OperatorMetatype]:
+        return []
 """
 
 PT_ZERO_POINT_DTYPES = """

@@ -95,12 +95,21 @@ _DEAD_ENDS = {"ShapeOf", "Assign", "Result"}
 _SDPA_INPUTS = {0: "query", 1: "key", 2: "value"}
 
 
+def _skip_conversions(node: ov.Node) -> ov.Node:
+    """The first producer up from ``node`` that is not an element-type conversion (a softmax exported in f16 reaches
+    the MatMul with the values through a Convert)."""
+    while node.get_type_name() == "Convert":
+        node = node.input_value(0).get_node()
+    return node
+
+
 def attention_role(weight: ov.Node) -> AttentionRole | None:
     """The attention input fed by the MatMul that consumes ``weight``, or None when it feeds no attention.
 
     Follows the MatMul's output through reshapes, transposes, RoPE, KV-cache concatenation and the like until a
     ``ScaledDotProductAttention`` (the input index gives the role) or, for decomposed attention, a MatMul
-    (second operand of a MatMul whose first comes from Softmax: value; otherwise: query or key, not told apart).
+    (second operand of a MatMul whose first comes from Softmax, through conversions: value; otherwise: query or key,
+    not told apart).
     """
     found = consuming_matmul(weight)
     if found is None:
@@ -115,8 +124,7 @@ def attention_role(weight: ov.Node) -> AttentionRole | None:
                 reached.append(AttentionRole(_SDPA_INPUTS[index]))
                 continue
             if kind == "MatMul":
-                other = consumer.input_value(1 - index).get_node().get_type_name()
-                if other == "Softmax" and index == 1:
+                if index == 1 and _skip_conversions(consumer.input_value(0).get_node()).get_type_name() == "Softmax":
                     reached.append(AttentionRole.VALUE)
                 continue
             key = consumer.get_friendly_name()

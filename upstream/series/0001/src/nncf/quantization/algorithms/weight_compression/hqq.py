@@ -127,7 +127,7 @@ class HQQ:
     def _is_attention_value(self, graph: NNCFGraph, node: NNCFNode) -> bool:
         """
         Whether the layer's output reaches an attention's values through no other MatMul: the value port of a scaled
-        dot-product attention, or the second operand of a MatMul whose first operand is a softmax.
+        dot-product attention, or the second operand of a MatMul whose first operand is a softmax (or its conversion).
 
         :param graph: Model graph.
         :param node: The layer with the weight.
@@ -142,6 +142,8 @@ class HQQ:
                         return True
                 elif consumer.metatype in backend.matmul_metatypes:
                     first = graph.get_input_edge_by_port_id(consumer, 0).from_node if port == 1 else None
+                    while first is not None and first.metatype in backend.convert_metatypes:
+                        first = graph.get_input_edge_by_port_id(first, 0).from_node
                     if first is not None and first.metatype in backend.softmax_metatypes:
                         return True
                 elif consumer.metatype not in backend.shapeof_metatypes and consumer.node_key not in seen:
