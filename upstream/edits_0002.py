@@ -75,7 +75,7 @@ EDITS: list[Edit] = [
     ),
     insert_after(
         HQQ_PY,
-        "            self._backend_entity = OVHQQAlgoBackend(model)\n",
+        "            self._backend_entity = OVHQQAlgoBackend(model, mapping)\n",
         "        elif model_backend == BackendType.TORCH:\n"
         "            from nncf.quantization.algorithms.weight_compression.torch_backend import PTHQQAlgoBackend\n\n"
         "            self._backend_entity = PTHQQAlgoBackend()\n",

@@ -7,7 +7,7 @@ from nncf.common.logging.track_progress import track
 from nncf.common.utils.backend import BackendType
 from nncf.common.utils.backend import get_backend
 from nncf.parameters import CompressWeightsMode
-from nncf.quantization.algorithms.weight_compression.backend import HQQAlgoBackend
+from nncf.quantization.algorithms.weight_compression.backend import WeightCompressionAlgoBackend
 from nncf.quantization.algorithms.weight_compression.config import WeightCompressionConfig
 from nncf.quantization.algorithms.weight_compression.config import WeightCompressionParameters
 from nncf.quantization.algorithms.weight_compression.hqq_solver import solve_zero_point
@@ -56,17 +56,19 @@ class HQQ:
     def available_backends(self) -> list[BackendType]:
         return [BackendType.OPENVINO]
 
-    def _set_backend_entity(self, model: TModel) -> None:
+    def _set_backend_entity(self, model: TModel, wc_backend_entity: WeightCompressionAlgoBackend | None = None) -> None:
         """
         Creates a helper class with a backend-specific logic of the algorithm.
 
         :param model: Backend-specific input model.
+        :param wc_backend_entity: Weight compression algorithm backend (its node mapping is reused).
         """
         model_backend = get_backend(model)
         if model_backend == BackendType.OPENVINO:
             from nncf.quantization.algorithms.weight_compression.openvino_backend import OVHQQAlgoBackend
 
-            self._backend_entity = OVHQQAlgoBackend(model)
+            mapping = getattr(wc_backend_entity, "name_to_node_mapping", None)
+            self._backend_entity = OVHQQAlgoBackend(model, mapping)
         else:
             msg = f"Cannot return backend-specific HQQ entity because {model_backend.value} is not supported!"
             raise nncf.UnsupportedBackendError(msg)
@@ -76,7 +78,7 @@ class HQQ:
         model: TModel,
         graph: NNCFGraph,
         all_weight_params: list[WeightCompressionParameters],
-        backend_entity: HQQAlgoBackend | None = None,
+        backend_entity: WeightCompressionAlgoBackend | None = None,
     ) -> dict[str, CompressedWeight]:
         """
         Computes the scale and zero point of every weight compressed in the primary mode, from the weight as it is
@@ -89,9 +91,7 @@ class HQQ:
         :param backend_entity: Weight compression algorithm backend.
         :return: Per weight name, a CompressedWeight holding no codes, the scale and the float16 zero point.
         """
-        self._backend_entity = backend_entity
-        if not isinstance(self._backend_entity, HQQAlgoBackend):
-            self._set_backend_entity(model)
+        self._set_backend_entity(model, backend_entity)
         result = {}
         for wp in track(all_weight_params, description="Applying HQQ"):
             config, axes = wp.compression_config, wp.reduction_axes

@@ -11,7 +11,7 @@ from nncf.common.utils.backend import get_backend
 from nncf.parameters import CompressWeightsMode
 from nncf.quantization.advanced_parameters import AdvancedScaleEstimationParameters
 from nncf.quantization.algorithms.weight_compression.activation_stats import process_stats
-from nncf.quantization.algorithms.weight_compression.backend import HQQAlgoBackend
+from nncf.quantization.algorithms.weight_compression.backend import WeightCompressionAlgoBackend
 from nncf.quantization.algorithms.weight_compression.config import WeightCompressionConfig
 from nncf.quantization.algorithms.weight_compression.config import WeightCompressionParameters
 from nncf.quantization.algorithms.weight_compression.hqq_guard import choose_per_row
@@ -102,17 +102,19 @@ class HQQ:
     def available_backends(self) -> list[BackendType]:
         return [BackendType.OPENVINO, BackendType.TORCH]
 
-    def _set_backend_entity(self, model: TModel) -> None:
+    def _set_backend_entity(self, model: TModel, wc_backend_entity: WeightCompressionAlgoBackend | None = None) -> None:
         """
         Creates a helper class with a backend-specific logic of the algorithm.
 
         :param model: Backend-specific input model.
+        :param wc_backend_entity: Weight compression algorithm backend (its node mapping is reused).
         """
         model_backend = get_backend(model)
         if model_backend == BackendType.OPENVINO:
             from nncf.quantization.algorithms.weight_compression.openvino_backend import OVHQQAlgoBackend
 
-            self._backend_entity = OVHQQAlgoBackend(model)
+            mapping = getattr(wc_backend_entity, "name_to_node_mapping", None)
+            self._backend_entity = OVHQQAlgoBackend(model, mapping)
         elif model_backend == BackendType.TORCH:
             from nncf.quantization.algorithms.weight_compression.torch_backend import PTHQQAlgoBackend
 
@@ -127,7 +129,7 @@ class HQQ:
         graph: NNCFGraph,
         all_weight_params: list[WeightCompressionParameters],
         statistics: dict[str, WCTensorStatistic] | None = None,
-        backend_entity: HQQAlgoBackend | None = None,
+        backend_entity: WeightCompressionAlgoBackend | None = None,
     ) -> dict[str, CompressedWeight]:
         """
         Computes the compressed weight of every weight in the primary mode, from the weight as it is (after AWQ, when
@@ -141,9 +143,7 @@ class HQQ:
         :return: The compressed weights by weight name. A weight left to rounding (another mode, attention values
             without statistics) has no entry.
         """
-        self._backend_entity = backend_entity
-        if not isinstance(backend_entity, HQQAlgoBackend):
-            self._set_backend_entity(model)
+        self._set_backend_entity(model, backend_entity)
         planned = []
         for wp in all_weight_params:
             axes = wp.reduction_axes
@@ -338,7 +338,7 @@ class HQQ:
     def _is_attention_value(self, graph: NNCFGraph, node: NNCFNode) -> bool:
         """
         Whether the layer's output reaches an attention's values through no other MatMul: the value port of a scaled
-        dot-product attention, or the second operand of a MatMul whose first operand is a softmax.
+        dot-product attention, or the second operand of a MatMul whose first operand is a softmax (or its conversion).
 
         :param graph: Model graph.
         :param node: The layer with the weight.
@@ -353,6 +353,8 @@ class HQQ:
                         return True
                 elif consumer.metatype in backend.matmul_metatypes:
                     first = graph.get_input_edge_by_port_id(consumer, 0).from_node if port == 1 else None
+                    while first is not None and first.metatype in backend.convert_metatypes:
+                        first = graph.get_input_edge_by_port_id(first, 0).from_node
                     if first is not None and first.metatype in backend.softmax_metatypes:
                         return True
                 elif consumer.metatype not in backend.shapeof_metatypes and consumer.node_key not in seen:
