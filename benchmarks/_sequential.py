@@ -98,3 +98,13 @@ def paired_interval(
         key: (point[key], float(np.percentile(values, tail)), float(np.percentile(values, 100 - tail)))
         for key, values in resampled.items()
     }
+
+
+def paired_mean_interval(row: list[float], base: list[float], seed: int = 0) -> tuple[float, float, float]:
+    """The difference of the means of two rows' per-item values (the encoders' per-line cosines) and its paired
+    bootstrap interval, as ``paired_interval``."""
+    differences = np.asarray(row) - np.asarray(base)
+    draws = np.random.default_rng(seed).integers(0, len(differences), size=(BOOTSTRAP_DRAWS, len(differences)))
+    means = differences[draws].mean(axis=1)
+    tail = 100 * (1 - INTERVAL_LEVEL) / 2
+    return float(differences.mean()), float(np.percentile(means, tail)), float(np.percentile(means, 100 - tail))

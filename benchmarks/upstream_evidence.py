@@ -417,6 +417,7 @@ def self_calibration_tokens(ir_dir: Path, path: Path) -> Path:
 def encoder_part(model: str, rows: dict[str, Row], tmp: Path, reused: dict[str, Any] | None) -> dict[str, Any]:
     import numpy as np
     import openvino as ov
+    from _sequential import paired_mean_interval
 
     from nncf_hqq.llm.encoders import ENCODER_CONFIG
     from nncf_hqq.llm.encoders import cosine_rows
@@ -438,6 +439,7 @@ def encoder_part(model: str, rows: dict[str, Row], tmp: Path, reused: dict[str, 
     reference = mean_pooled(compile_model(ir_dir, ENCODER_CONFIG), tokenizer, lines)
     metrics: dict[str, dict[str, float]] = {}
     seconds: dict[str, float] = {}
+    per_line: dict[str, list[float]] = {}
     if reused is not None:
         metrics["rtn"], seconds["rtn"] = reused["metrics"]["rtn"], reused["compress_seconds"]["rtn"]
     for name, row in rows.items():
@@ -447,11 +449,25 @@ def encoder_part(model: str, rows: dict[str, Row], tmp: Path, reused: dict[str, 
         seconds[name] = compress(ir_xml(ir_dir), out, group_size, row)
         embeddings = mean_pooled(compile_model(ov.Core().read_model(out), ENCODER_CONFIG), tokenizer, lines)
         cosines = cosine_rows(reference, embeddings)
+        per_line[name] = [float(c) for c in cosines]
         metrics[name] = {"cosine": float(np.mean(cosines)), "cosine_min": float(np.min(cosines))}
         print(f"  {model} {name}: {metrics[name]} (compressed in {seconds[name]:.1f} s)", flush=True)
     for name in rows:
         metrics[name]["cosine_gap_closed"] = gap_closed(metrics["rtn"]["cosine"], metrics[name]["cosine"], 1.0)
-    return {"group_size": group_size, "lines": len(lines), "metrics": metrics, "compress_seconds": seconds}
+    intervals = {
+        f"{name} - {base}": {"cosine": paired_mean_interval(per_line[name], per_line[base])}
+        for name in per_line
+        for base in dict.fromkeys(("rtn", name.split(" ")[0]))
+        if base != name and base in per_line
+    }
+    return {
+        "group_size": group_size,
+        "lines": len(lines),
+        "metrics": metrics,
+        "compress_seconds": seconds,
+        "line_cosines": per_line,
+        "intervals": intervals,
+    }
 
 
 def time_part(rows: dict[str, Row], repeats: int, tmp: Path) -> dict[str, Any]:
@@ -488,7 +504,7 @@ def interval_lines(part: dict[str, Any]) -> list[str]:
         shown = ", ".join(f"{key} {point:+.4g} [{low:+.4g}, {high:+.4g}]" for key, (point, low, high) in values.items())
         lines.append(f"- {pair}: {shown}")
     if lines:
-        lines.insert(0, "paired differences, 95% bootstrap intervals over the windows:")
+        lines.insert(0, "paired differences, 95% bootstrap intervals over the windows (lines for the encoders):")
     return lines
 
 
@@ -519,6 +535,8 @@ def print_tables(record: dict[str, Any]) -> None:
                 f"{name:<34}{values['cosine']:>10.5f}{values['cosine_min']:>10.5f}{closed:>12}"
                 f"{part['compress_seconds'][name]:>12.1f}"
             )
+        for line in interval_lines(part):
+            print(line)
     if "time" in parts:
         print(f"\ncompression time, median of {record['repeats']} alternated runs (seconds, ratio to RTN)")
         for model, part in parts["time"].items():
@@ -564,6 +582,7 @@ def markdown(record: dict[str, Any]) -> str:
                 f"| {name} | {values['cosine']:.5f} | {values['cosine_min']:.5f} | {closed} "
                 f"| {part['compress_seconds'][name]:.1f} |"
             )
+        lines += ["", *interval_lines(part)]
     if "time" in parts:
         names = list(next(iter(parts["time"].values()))["median_seconds"])
         lines += [
