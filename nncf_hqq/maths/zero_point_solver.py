@@ -88,7 +88,9 @@ def optimize_zero_point(
     """
     HQQ's zero-point iterations with a fixed scale: nearest codes, then the zero point that fits them, until the mean
     absolute error of the tensor stops decreasing. This is HQQ's half-quadratic solver where its lp shrinkage is
-    inactive (no error above its threshold, as on weights of usual magnitude). A group whose zero point no longer
+    inactive: with HQQ's defaults (p = 0.7, beta = 10 growing 1.01x an iteration) it zeroes every error below
+    beta^(-1 / (2 - p)), at least 0.147 over 20 iterations, and an error is about half a step, (max - min) /
+    (2 (2^b - 1)), at most: so on groups of range up to 4.4 at 4 bits (75 at 8). A group whose zero point no longer
     changes has reached its fixed point (its codes and error stay as they are), so each iteration only computes the
     groups still moving; most settle within a few iterations.
 
