@@ -209,6 +209,8 @@ def test_constant_and_zero_groups() -> None:
     weight[0] = 0.0
     weight[1] = 0.25
     weight[2, :32] = -3.0
+    weight[3] = 0.02 + heavy_tailed((64,), seed=5) * np.float32(1e-3)  # narrower than MIN_GROUP_RANGE, off zero
+    weight[4] = heavy_tailed((64,), seed=6) * np.float32(1e-3)  # narrow around zero
     assert_matches_reference(weight, 1, 32, 4, HQQ_DEFAULT)
 
 
