@@ -369,12 +369,13 @@ TEMPLATE_HQQ = """
         dtypes = self.get_zero_point_dtypes(model)
         assert sorted(dtypes) == [TensorDataType.float16] * (len(dtypes) - len(backup)) + backup
 
-    def test_hqq_weight_error_below_round_to_nearest(self):
+    @pytest.mark.parametrize("transpose_a", [False, True], ids=["no_tr_a", "tr_a"])
+    def test_hqq_weight_error_below_round_to_nearest(self, transpose_a):
         input = self.to_tensor(np.ones([1, 4, 8], dtype=np.float32))
         dataset = Dataset([input], self.get_transform_func())  # Torch traces the model on it
         errors = []
         for hqq in (False, True):
-            model = self.get_model_for_test_scale_estimation(transpose_a=False)
+            model = self.get_model_for_test_scale_estimation(transpose_a=transpose_a)
             weight = self.get_orig_weight(model)
             model = self.compress_with_hqq(model, hqq, group_size=8, all_layers=True, dataset=dataset)
             errors.append(fns.mean((self.get_decompressed_weight(model, input) - weight) ** 2).item())
