@@ -242,3 +242,40 @@ def test_markdown_report_of_a_saved_run() -> None:
     text = evidence.markdown(record)
     assert "| core | 0.97000 | 0.95000 | 25% | 12.1 |" in text
     assert "| smollm2 | 8.0 (1.00x) | 12.0 (1.50x) |" in text
+
+
+sequential = load(ROOT / "benchmarks" / "_sequential.py")
+
+
+def window_sums_of(nll: list[float], kl: list[float], top1: list[float]) -> dict[str, list[float]]:
+    """Windows of 11 positions (10 predicted tokens) each."""
+    return {"nll": nll, "predicted": [10.0] * len(nll), "kl": kl, "top1": top1, "positions": [11.0] * len(nll)}
+
+
+def test_metrics_of_window_sums_are_the_pooled_ratios() -> None:
+    metrics = sequential.metrics_of_sums(window_sums_of([10.0, 30.0], [1.1, 3.3], [11.0, 0.0]))
+    assert metrics["ppl"] == pytest.approx(np.exp(2.0))
+    assert metrics["kl"] == pytest.approx(0.2)
+    assert metrics["top1"] == pytest.approx(0.5)
+
+
+def test_paired_interval_of_a_row_with_itself_is_zero() -> None:
+    row = window_sums_of([12.0, 25.0, 19.0, 31.0], [1.0, 2.0, 0.5, 3.0], [8.0, 6.0, 9.0, 4.0])
+    for point, low, high in sequential.paired_interval(row, row).values():
+        assert point == low == high == 0.0
+
+
+def test_paired_interval_of_a_shift_in_every_window_is_the_shift() -> None:
+    """The same KL added to every window moves every resample's KL by the same amount: a point interval."""
+    base = window_sums_of([12.0, 25.0, 19.0, 31.0], [1.0, 2.0, 0.5, 3.0], [8.0, 6.0, 9.0, 4.0])
+    shifted = {**base, "kl": [value + 1.1 for value in base["kl"]]}
+    point, low, high = sequential.paired_interval(shifted, base)["kl"]
+    assert point == pytest.approx(0.1) and low == pytest.approx(0.1) and high == pytest.approx(0.1)
+
+
+def test_paired_mean_interval_holds_the_mean_difference_and_is_paired() -> None:
+    base = list(np.random.default_rng(0).normal(size=200))
+    assert sequential.paired_mean_interval([b + 0.5 for b in base], base) == pytest.approx((0.5, 0.5, 0.5))
+    noisy = [b + 0.5 + n for b, n in zip(base, np.random.default_rng(1).normal(scale=0.1, size=200), strict=True)]
+    point, low, high = sequential.paired_mean_interval(noisy, base)
+    assert low < point < high and low > 0.45 and high < 0.55
