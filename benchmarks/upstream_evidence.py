@@ -46,6 +46,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from collections.abc import Mapping
 from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -381,12 +382,7 @@ def llm_part(model: str, rows: dict[str, Row], tmp: Path, reused: dict[str, Any]
     fp, rtn = metrics["float"]["ppl"], metrics["rtn"]["ppl"]
     for name in rows:
         metrics[name]["ppl_gap_closed"] = gap_closed(rtn, metrics[name]["ppl"], fp)
-    intervals = {
-        f"{name} - {base}": paired_interval(sums[name], sums[base])
-        for name in sums
-        for base in dict.fromkeys(("rtn", name.split(" ")[0]))
-        if base != name and base in sums
-    }
+    intervals = {f"{name} - {base}": paired_interval(sums[name], sums[base]) for name, base in compared_pairs(sums)}
     return {
         "group_size": group_size,
         "windows": count,
@@ -456,9 +452,7 @@ def encoder_part(model: str, rows: dict[str, Row], tmp: Path, reused: dict[str, 
         metrics[name]["cosine_gap_closed"] = gap_closed(metrics["rtn"]["cosine"], metrics[name]["cosine"], 1.0)
     intervals = {
         f"{name} - {base}": {"cosine": paired_mean_interval(per_line[name], per_line[base])}
-        for name in per_line
-        for base in dict.fromkeys(("rtn", name.split(" ")[0]))
-        if base != name and base in per_line
+        for name, base in compared_pairs(per_line)
     }
     return {
         "group_size": group_size,
@@ -494,6 +488,17 @@ def time_part(rows: dict[str, Row], repeats: int, tmp: Path) -> dict[str, Any]:
         shown = ", ".join(f"{name} {medians[name]:.1f} s ({ratios[name]:.2f}x)" for name in rows)
         print(f"  time {model}: {shown}", flush=True)
     return results
+
+
+def compared_pairs(rows: Mapping[str, object]) -> list[tuple[str, str]]:
+    """(row, base) for the paired intervals: every row against ``rtn`` and an ablation row (``TREE FIELD=VALUE``)
+    against its tree's own row, where both were measured in the run."""
+    return [
+        (name, base)
+        for name in rows
+        for base in dict.fromkeys(("rtn", name.split(" ")[0]))
+        if base != name and base in rows
+    ]
 
 
 def interval_lines(part: dict[str, Any]) -> list[str]:

@@ -279,3 +279,14 @@ def test_paired_mean_interval_holds_the_mean_difference_and_is_paired() -> None:
     noisy = [b + 0.5 + n for b, n in zip(base, np.random.default_rng(1).normal(scale=0.1, size=200), strict=True)]
     point, low, high = sequential.paired_mean_interval(noisy, base)
     assert low < point < high and low > 0.45 and high < 0.55
+
+
+def test_rows_are_compared_with_rtn_and_ablations_with_their_tree() -> None:
+    rows = dict.fromkeys(["float", "rtn", "core", "core num_iterations=0", "other num_iterations=0"])
+    assert evidence.compared_pairs(rows) == [
+        ("float", "rtn"),
+        ("core", "rtn"),
+        ("core num_iterations=0", "rtn"),
+        ("core num_iterations=0", "core"),
+        ("other num_iterations=0", "rtn"),
+    ]
