@@ -20,6 +20,7 @@ from nncf_hqq.openvino.graph import moe_gate_matmuls
 from nncf_hqq.parameters import HQQ_CORE
 from nncf_hqq.parameters import HQQ_DEFAULT
 from nncf_hqq.parameters import HQQ_REFERENCE
+from nncf_hqq.parameters import HQQ_SERIES
 from nncf_hqq.parameters import HQQ_TOKEN_ROWS
 from nncf_hqq.parameters import AttentionRole
 from nncf_hqq.parameters import EarlyStopScope
@@ -36,6 +37,7 @@ __all__ = [
     "HQQ_CORE",
     "HQQ_DEFAULT",
     "HQQ_REFERENCE",
+    "HQQ_SERIES",
     "HQQ_TOKEN_ROWS",
     "SELF_CALIBRATION_DEFAULT",
     "AdvancedCompressionParameters",

@@ -267,13 +267,20 @@ HQQ_DEFAULT = HQQParameters()
 #: compression time of ``HQQ_DEFAULT`` (docs/self_calibration.md). The rows kept grow with the number of samples.
 HQQ_TOKEN_ROWS = HQQ_DEFAULT.replace(calibration_token_rows=32)
 
+#: What NNCF with the whole pull-request series (upstream/, patches 0001-0005) writes with its default
+#: ``AdvancedHQQParameters``: ``HQQ_DEFAULT`` with HQQ's iterations run until each group converges (its zero point,
+#: or symmetric scale, no longer changes) and the last iterate kept, instead of the early stop on the tensor's mean
+#: absolute error and its best iterate: NNCF's solver runs every block of groups to its end in one thread, which
+#: the tensor's stop would synchronise every iteration (docs/upstreaming.md, the compression time of 0001).
+HQQ_SERIES = HQQ_DEFAULT.replace(early_stop=False, return_best=False)
+
 #: What NNCF with HQQ's core pull request (upstream/, patch 0001) writes with its default ``AdvancedHQQParameters``:
-#: HQQ's zero-point iterations and NNCF's RTN for the attention value projections, without least-squares rounds,
-#: input weighting, RTN guard or unit gain (0003 adds those back, the rounds beside the RTN guard that catches the
-#: groups they make worse: the series' sum is ``HQQ_DEFAULT``). 0001 has no compiled kernels: it writes the bytes of
-#: this preset's numpy references (``NNCF_DISABLE_OPTIMIZED_COMPRESSION`` set), which the kernels reproduce to f32
-#: rounding.
-HQQ_CORE = HQQ_DEFAULT.replace(
+#: HQQ's zero-point iterations (each group until it converges) and NNCF's RTN for the attention value projections,
+#: without least-squares rounds, input weighting, RTN guard or unit gain (0003 adds those back, the rounds beside the
+#: RTN guard that catches the groups they make worse: the series' sum is ``HQQ_SERIES``). 0001 has no compiled
+#: kernels: it writes the bytes of this preset's numpy references (``NNCF_DISABLE_OPTIMIZED_COMPRESSION`` set), which
+#: the kernels reproduce to f32 rounding.
+HQQ_CORE = HQQ_SERIES.replace(
     importance=Importance.NONE, rtn_guard=False, unit_gain=False, output_guard=False, refine_rounds=0
 )
 

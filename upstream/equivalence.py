@@ -62,8 +62,8 @@ class Case:
 
 BUILDS = ("core", "series")
 #: The nncf_hqq preset each build writes with its default parameters: 0001 is ``HQQ_CORE``; the whole series adds the
-#: rest of ``HQQ_DEFAULT``.
-PRESETS = {"core": "HQQ_CORE", "series": "HQQ_DEFAULT"}
+#: rest of ``HQQ_SERIES`` (``HQQ_DEFAULT`` with every group's iterations stopping on their own).
+PRESETS = {"core": "HQQ_CORE", "series": "HQQ_SERIES"}
 SYMMETRIC_MODES = ("INT4_SYM", "INT8_SYM", "INT3_SYM", "INT2_SYM")
 #: The compression of issue 45's reproducer: every weight, groups of 32 (``batched_matmul_model``).
 BATCHED_ARGUMENTS = {"group_size": 32, "ratio": 1.0, "all_layers": True}

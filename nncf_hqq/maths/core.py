@@ -47,7 +47,6 @@ from nncf_hqq.maths.zero_point_solver import F16_TINY
 from nncf_hqq.maths.zero_point_solver import MAX_ABS_ZERO
 from nncf_hqq.maths.zero_point_solver import MIN_GROUP_RANGE
 from nncf_hqq.maths.zero_point_solver import min_max_init_for_range
-from nncf_hqq.maths.zero_point_solver import optimize_zero_point
 from nncf_hqq.maths.zero_point_solver import solve_zero_point
 from nncf_hqq.maths.zero_point_solver import stored_scale_zero_point
 
@@ -69,7 +68,6 @@ __all__ = [
     "levels_max",
     "mean_absolute_error",
     "min_max_init_for_range",
-    "optimize_zero_point",
     "output_projections",
     "quantize",
     "quantize_as_stored",

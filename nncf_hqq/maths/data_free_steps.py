@@ -8,6 +8,9 @@ what NNCF has no function for. ``quantize``/``dequantize`` are HQQ's convention 
 scale s, codes as floats): Wq = clip(round(W * s + z), 0, 2^b - 1), reconstructed as (Wq - z) / s.
 """
 
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
 from nncf.quantization.algorithms.weight_compression.config import WeightCompressionConfig
 from nncf.quantization.algorithms.weight_compression.parameters import CompressedWeight
 from nncf.quantization.algorithms.weight_compression.weight_lowering import do_integer_dequantization
@@ -16,15 +19,36 @@ from nncf.tensor import Tensor
 from nncf.tensor import TensorDataType
 from nncf.tensor import functions as fns
 
+from nncf_hqq.maths.zero_point_solver import BLOCK_THREADS
 from nncf_hqq.maths.zero_point_solver import F16_MAX
 from nncf_hqq.maths.zero_point_solver import F16_TINY
 from nncf_hqq.maths.zero_point_solver import as_float32
-from nncf_hqq.maths.zero_point_solver import map_row_blocks
 from nncf_hqq.maths.zero_point_solver import stored_scale_zero_point
 
 # Bounds of the unit-gain factor of a group: a group whose reconstruction is (nearly) orthogonal to it would
 # otherwise get an unbounded factor; a factor outside [1/2, 2] means the codes no longer describe the group.
 UNIT_GAIN_LIMITS = (0.5, 2.0)
+# Elements of a block of groups in the refinement's rounds (1 MiB in float32): its arrays stay in a core's cache,
+# Python's cost per block is low.
+ROUNDS_BLOCK_ELEMENTS = 2**18
+
+
+def map_row_blocks(function: Callable[..., tuple[Tensor, ...]], *rows: Tensor) -> list[Tensor]:
+    """
+    The function on every block of ROUNDS_BLOCK_ELEMENTS of consecutive rows, on min(BLOCK_THREADS, blocks) threads
+    (a single block on the calling thread).
+
+    :param function: The function of a block of each of the rows [groups, group size], returning a row per group.
+    :param rows: Tensors with a group per row.
+    :return: The function's values of all rows, in their order (whatever the number of threads).
+    """
+    step = max(1, ROUNDS_BLOCK_ELEMENTS // rows[0].shape[1])
+    blocks = [[x[i : i + step] for x in rows] for i in range(0, max(rows[0].shape[0], 1), step)]  # one if empty
+    if len(blocks) == 1:
+        return list(function(*blocks[0]))
+    with ThreadPoolExecutor(min(BLOCK_THREADS, len(blocks))) as pool:
+        results = list(pool.map(lambda block: function(*block), blocks))
+    return [fns.concatenate(list(values)) for values in zip(*results, strict=True)]
 
 
 def quantize(weight: Tensor, inverse_scale: Tensor, zero: Tensor, num_bits: int) -> Tensor:

@@ -151,26 +151,22 @@ def optimize_scale(
 ) -> Tensor:
     """
     HQQ's iterations for a symmetric grid: nearest codes, then the scale that fits them (with preserve_extremes
-    floored to clip no extreme weight), until the tensor's mean absolute error stops decreasing; returns the best.
+    floored to clip no extreme weight), until every group converges (its scale no longer changes), at most
+    ``iterations`` times, without an early stop on the error (as HQQ's zero-point iterations); the last scale.
     """
     weight = weight.astype(TensorDataType.float32)
     if preserve_extremes:  # NNCF's symmetric scale itself clips the other end of a group beyond 7.5 steps
         scale = floor_symmetric_scale_to_extremes(weight, scale, axis, num_bits)
-    best_error = mean_absolute_error(weight, weight, None) + float("inf")
-    best_scale, active = scale, fns.zeros_like(best_error) == 0.0
     for _ in range(iterations):
         codes = symmetric_codes(weight, scale, num_bits)
-        error = mean_absolute_error(weight, codes * scale, None, importance)
         update, valid = least_squares_symmetric_scale(codes, weight, scale, axis, importance)
         update = fns.where(valid, update, scale)
         if preserve_extremes:
             update = floor_symmetric_scale_to_extremes(weight, update, axis, num_bits)
-        improved, best_error, best_scale = keep_best(error, best_error, scale, best_scale, active)
-        scale = fns.where(active, update, scale)
-        active = improved
-        if not fns.any(active):
+        if fns.all(update == scale):
             break
-    return best_scale
+        scale = update
+    return scale
 
 
 def refine_symmetric_scale(

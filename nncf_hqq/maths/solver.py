@@ -21,16 +21,19 @@ from nncf_hqq.maths.core import group_inner_product
 from nncf_hqq.maths.core import keep_best
 from nncf_hqq.maths.core import mean_absolute_error
 from nncf_hqq.maths.core import min_max_init_for_range
-from nncf_hqq.maths.core import optimize_zero_point
 from nncf_hqq.maths.core import quantize
 from nncf_hqq.maths.core import refine_weighted_least_squares
 from nncf_hqq.maths.core import unit_gain
 from nncf_hqq.maths.core import weighted_mean
+from nncf_hqq.maths.data_free_steps import map_row_blocks
 from nncf_hqq.maths.integer import floor_symmetric_scale_to_extremes
 from nncf_hqq.maths.integer import least_squares_symmetric_scale
 from nncf_hqq.maths.integer import optimize_scale
 from nncf_hqq.maths.integer import refine_with_integer_zero
 from nncf_hqq.maths.integer import symmetric_codes
+from nncf_hqq.maths.zero_point_solver import iterate_zero_point
+from nncf_hqq.maths.zero_point_solver import on_threads
+from nncf_hqq.maths.zero_point_solver import row_blocks
 from nncf_hqq.parameters import EarlyStopScope
 from nncf_hqq.parameters import HQQParameters
 
@@ -133,14 +136,62 @@ def unit_gain_factor(weight: Tensor, reconstruction: Tensor, axis: int) -> Tenso
 
 
 def is_core_loop(params: HQQParameters) -> bool:
-    """Whether the proximal loop of ``params`` is the core solver's (``nncf_hqq.maths.core.optimize_zero_point``):
-    no lp shrinkage, early stop on the whole tensor, the best iterate returned."""
-    return (
-        not params.shrinkage
-        and params.early_stop
-        and params.early_stop_scope == EarlyStopScope.TENSOR
-        and params.return_best
-    )
+    """Whether the proximal loop of ``params`` is the core solver's (``optimize_zero_point``, NNCF's
+    ``hqq_solver``): no lp shrinkage, no early stop (each group iterates until it converges), the last iterate."""
+    return not params.shrinkage and not params.early_stop and not params.return_best
+
+
+def is_tensor_stop_loop(params: HQQParameters) -> bool:
+    """Whether the proximal loop of ``params`` is ``optimize_zero_point_tensor_stop``'s: no lp shrinkage, early stop
+    on the whole tensor, the best iterate returned."""
+    tensor = params.early_stop_scope == EarlyStopScope.TENSOR
+    return not params.shrinkage and params.early_stop and tensor and params.return_best
+
+
+def optimize_zero_point(
+    weight: Tensor, inverse_scale: Tensor, zero: Tensor, axis: int, num_bits: int, iterations: int
+) -> Tensor:
+    """The core solver's zero-point iterations (``zero_point_solver.iterate_zero_point``: each group until it
+    converges, at most ``iterations`` times) from a given scale and zero point; the last zero point of every group."""
+    rows, s, z = (fns.reshape(fns.moveaxis(x, axis, -1), (-1, x.shape[axis])) for x in (weight, inverse_scale, zero))
+    zero_out = z.clone()
+
+    def solve_block(block: slice) -> None:
+        index = fns.arange(block.start, block.start + s[block].shape[0], backend=z.backend, device=z.device)
+        iterate_zero_point(index, rows[block] * s[block], z[block], zero_out, num_bits, iterations)
+
+    on_threads(solve_block, row_blocks(*rows.shape))
+    return fns.moveaxis(fns.reshape(zero_out, fns.moveaxis(zero, axis, -1).shape), -1, axis)
+
+
+def optimize_zero_point_tensor_stop(
+    weight: Tensor, inverse_scale: Tensor, zero: Tensor, axis: int, num_bits: int, iterations: int
+) -> Tensor:
+    """HQQ's zero-point iterations as published, until the mean absolute error of the whole tensor stops decreasing
+    (the core solver's ``optimize_zero_point`` stops each group on its own). A group whose zero point no longer
+    changes has reached its fixed point (its codes and error stay as they are), so each iteration only computes the
+    groups still moving. The zero point of the best iterate is returned."""
+    rows, s, z = (fns.reshape(fns.moveaxis(x, axis, -1), (-1, x.shape[axis])) for x in (weight, inverse_scale, zero))
+    best_zero, group_error, best_error = z.clone(), fns.zeros_like(z), float("inf")
+    moving = fns.arange(z.shape[0], backend=z.backend, device=z.device)
+
+    def step(rows: Tensor, s: Tensor, z: Tensor) -> tuple[Tensor, Tensor]:
+        scaled = rows * s
+        codes = fns.clip(fns.round(scaled + z), 0.0, 2.0**num_bits - 1)
+        error = fns.mean(fns.abs(rows - (codes - z) / s), axis=1, keepdims=True)  # W - (Wq - z) / s
+        return error, fns.mean(codes - scaled, axis=1, keepdims=True)
+
+    for _ in range(iterations):
+        group_error[moving], updated = map_row_blocks(step, rows, s, z)
+        error = fns.mean(group_error).item()
+        if not error < best_error:
+            break
+        best_error, best_zero[moving] = error, z
+        still = (updated != z)[:, 0]
+        moving, rows, s, z = moving[still], rows[still], s[still], updated[still]
+        if moving.size == 0:
+            break
+    return fns.moveaxis(fns.reshape(best_zero, fns.moveaxis(zero, axis, -1).shape), -1, axis)
 
 
 def optimize_zero_point_proximal(
@@ -162,8 +213,9 @@ def optimize_zero_point_proximal(
     zero-point update and the error into weighted means.
     """
     weight = weight.astype(TensorDataType.float32)
-    if is_core_loop(params) and importance is None:
-        return optimize_zero_point(weight, inverse_scale, zero, axis, num_bits, params.iterations)
+    if (is_core_loop(params) or is_tensor_stop_loop(params)) and importance is None:
+        loop = optimize_zero_point if is_core_loop(params) else optimize_zero_point_tensor_stop
+        return loop(weight, inverse_scale, zero, axis, num_bits, params.iterations)
     error_axis = axis if params.early_stop_scope == EarlyStopScope.GROUP else None
     beta = params.beta
     best_error = mean_absolute_error(weight, weight, error_axis) + float("inf")

@@ -11,7 +11,6 @@ Badri, A. Shaji, "Half-Quadratic Quantization of Large Machine Learning Models",
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
 
 from nncf.tensor import Tensor
 from nncf.tensor import TensorDataType
@@ -27,8 +26,9 @@ MAX_ABS_ZERO = 2048.0
 # Largest finite and smallest positive float16 values: the range of a stored scale and zero point.
 F16_MAX = 65504.0
 F16_TINY = 2.0**-24
-# Elements of a block of groups (1 MiB in float32): its arrays stay in a core's cache, Python's cost per block is low.
-BLOCK_ELEMENTS = 2**18
+# Largest block of groups, in elements (4 MiB in float32): a thread runs all iterations of a block, so larger
+# blocks leave the caches and smaller ones pay more of Python's cost per operation (and of the threads' hand-overs).
+BLOCK_ELEMENTS = 2**20
 # Threads running blocks (numpy frees the GIL): the cores we may use, at most 8, which saturate the memory bandwidth.
 BLOCK_THREADS = min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
@@ -62,73 +62,85 @@ def min_max_init_for_range(w_min: Tensor, w_max: Tensor, num_bits: int) -> tuple
     return inverse_scale, -w_min * inverse_scale
 
 
-def map_row_blocks(
-    function: Callable[..., tuple[Tensor, ...]], *rows: Tensor, pool: ThreadPoolExecutor | None = None
-) -> list[Tensor]:
+def zero_point_iteration(groups: tuple[Tensor, Tensor, Tensor], zero_out: Tensor, num_bits: int) -> tuple[Tensor, ...]:
     """
-    The function on every block of BLOCK_ELEMENTS of consecutive rows (a single block on the calling thread).
+    One of HQQ's zero-point iterations on the groups still moving: the nearest codes Wq of the scaled weights u = W s,
+    then the zero point that fits them, mean(Wq - u), written into ``zero_out``. A group whose zero point no longer
+    changes has converged (its codes, and so its zero point, stay as they are) and leaves.
 
-    :param function: The function of a block of each of the rows [groups, group size], returning a row per group.
-    :param rows: Tensors with a group per row.
-    :param pool: The threads to run the blocks on (a loop's, started once); None: min(BLOCK_THREADS, blocks) new ones.
-    :return: The function's values of all rows, in their order (whatever the pool's size).
+    :param groups: Indices of the groups (into ``zero_out``), their scaled weights u (a group per row) and zero points.
+    :param zero_out: The zero point of every group of the weight, written in place.
+    :param num_bits: The number of bits of a code.
+    :return: The groups still moving, as ``groups``.
     """
-    step = max(1, BLOCK_ELEMENTS // rows[0].shape[1])
-    blocks = [[x[i : i + step] for x in rows] for i in range(0, max(rows[0].shape[0], 1), step)]  # one if empty
+    index, scaled, zero = groups
+    codes = fns.clip(fns.round(scaled + zero), 0.0, 2.0**num_bits - 1)
+    codes -= scaled
+    updated = fns.mean(codes, axis=1, keepdims=True)
+    zero_out[index] = updated
+    moving = (updated != zero)[:, 0]
+    return index[moving], scaled[moving], updated[moving]
+
+
+def row_blocks(groups: int, group_size: int) -> list[slice]:
+    """
+    Blocks of consecutive groups: one per thread where each gets at least a sixteenth of BLOCK_ELEMENTS, and none
+    larger than BLOCK_ELEMENTS (a weight below that is one block, solved on the calling thread).
+
+    :param groups: The number of groups.
+    :param group_size: The number of elements of a group.
+    :return: The blocks' slices of the groups.
+    """
+    per_thread = max(-(-groups * group_size // BLOCK_THREADS), BLOCK_ELEMENTS // 16)
+    step = max(1, min(BLOCK_ELEMENTS, per_thread) // max(group_size, 1))
+    return [slice(start, start + step) for start in range(0, groups, step)]
+
+
+def on_threads(function: Callable[[slice], None], blocks: list[slice]) -> None:
+    """
+    The function of every block, on min(BLOCK_THREADS, blocks) threads (a single block on the calling thread).
+
+    :param function: The function of a block.
+    :param blocks: The blocks.
+    """
     if len(blocks) == 1:
-        return list(function(*blocks[0]))
-    with nullcontext(pool) if pool is not None else ThreadPoolExecutor(min(BLOCK_THREADS, len(blocks))) as runner:
-        results = list(runner.map(lambda block: function(*block), blocks))
-    return [fns.concatenate(list(values)) for values in zip(*results, strict=True)]
+        function(blocks[0])
+    elif blocks:
+        with ThreadPoolExecutor(min(BLOCK_THREADS, len(blocks))) as pool:
+            list(pool.map(function, blocks))
 
 
-def optimize_zero_point(
-    weight: Tensor, inverse_scale: Tensor, zero: Tensor, axis: int, num_bits: int, iterations: int
-) -> Tensor:
+def iterate_zero_point(
+    index: Tensor, scaled: Tensor, zero: Tensor, zero_out: Tensor, num_bits: int, iterations: int
+) -> None:
     """
-    HQQ's zero-point iterations with a fixed scale: nearest codes, then the zero point that fits them, until the mean
-    absolute error of the tensor stops decreasing. This is HQQ's half-quadratic solver where its lp shrinkage is
-    inactive: with HQQ's defaults (p = 0.7, beta = 10 growing 1.01x an iteration) it zeroes every error below
-    beta^(-1 / (2 - p)), at least 0.147 over 20 iterations, and an error is about half a step, (max - min) /
-    (2 (2^b - 1)), at most: so on groups of range up to 4.4 at 4 bits (75 at 8). A group whose zero point no longer
-    changes has reached its fixed point (its codes and error stay as they are), so each iteration only computes the
-    groups still moving; most settle within a few iterations.
+    HQQ's zero-point iterations with a fixed scale on a block of groups: nearest codes, then the zero point that fits
+    them. This is HQQ's half-quadratic solver where its lp shrinkage is inactive: with HQQ's defaults (p = 0.7,
+    beta = 10 growing 1.01x an iteration) it zeroes every error below beta^(-1 / (2 - p)), at least 0.147 over 20
+    iterations, and an error is about half a step, (max - min) / (2 (2^b - 1)), at most: so on groups of range up to
+    4.4 at 4 bits (75 at 8). Each group iterates until it converges (its zero point no longer changes), at most
+    ``iterations`` times, without HQQ's early stop on the tensor's mean absolute error: a converged group's codes
+    have the mean of its scaled weights, so its reconstruction error has zero mean.
 
-    :param weight: The grouped weight (float32).
-    :param inverse_scale: The inverse scale s of every group.
-    :param zero: The initial zero point of every group.
-    :param axis: The axis of the groups' elements.
+    :param index: The groups' indices into ``zero_out``.
+    :param scaled: Their scaled weights u = W s, a group per row.
+    :param zero: Their initial zero points.
+    :param zero_out: The zero point of every group of the weight, written in place.
     :param num_bits: The number of bits of a code.
     :param iterations: The maximal number of iterations.
-    :return: The zero point of the best iterate.
     """
-    rows, s, z = (fns.reshape(fns.moveaxis(x, axis, -1), (-1, x.shape[axis])) for x in (weight, inverse_scale, zero))
-    best_zero, group_error, best_error = z.clone(), fns.zeros_like(z), float("inf")
-    moving = fns.arange(z.shape[0], backend=z.backend, device=z.device)
-
-    def step(rows: Tensor, s: Tensor, z: Tensor) -> tuple[Tensor, Tensor]:
-        scaled = rows * s
-        codes = fns.clip(fns.round(scaled + z), 0.0, 2.0**num_bits - 1)
-        error = fns.mean(fns.abs(rows - (codes - z) / s), axis=1, keepdims=True)  # W - (Wq - z) / s
-        return error, fns.mean(codes - scaled, axis=1, keepdims=True)
-
-    with ThreadPoolExecutor(BLOCK_THREADS) as pool:  # its threads start once, as the first blocks need them
-        for _ in range(iterations):
-            group_error[moving], updated = map_row_blocks(step, rows, s, z, pool=pool)
-            error = fns.mean(group_error).item()
-            if not error < best_error:
-                break
-            best_error, best_zero[moving] = error, z
-            still = (updated != z)[:, 0]
-            moving, rows, s, z = moving[still], rows[still], s[still], updated[still]
-            if moving.size == 0:
-                break
-    return fns.moveaxis(fns.reshape(best_zero, fns.moveaxis(zero, axis, -1).shape), -1, axis)
+    groups = (index, scaled, zero)
+    for _ in range(iterations):
+        groups = zero_point_iteration(groups, zero_out, num_bits)
+        if groups[0].size == 0:
+            break
 
 
 def solve_zero_point(weight: Tensor, axis: int, num_bits: int, iterations: int) -> tuple[Tensor, Tensor]:
     """
-    HQQ's inverse scale (from the range) and float zero point (from its iterations) of a grouped weight.
+    HQQ's inverse scale (from the range, ``min_max_init_for_range``) and float zero point (from its iterations,
+    ``iterate_zero_point``) of a grouped weight. A thread runs a block of groups from its range to its last
+    iteration, so the block stays in the core's caches.
 
     :param weight: The grouped weight.
     :param axis: The axis of the groups' elements.
@@ -136,10 +148,20 @@ def solve_zero_point(weight: Tensor, axis: int, num_bits: int, iterations: int) 
     :param iterations: The maximal number of zero-point iterations.
     :return: The inverse scale and the zero point of every group (keepdims).
     """
-    weight = as_float32(weight)
-    w_min = fns.min(weight, axis=axis, keepdims=True)
-    inverse_scale, zero = min_max_init_for_range(w_min, fns.max(weight, axis=axis, keepdims=True), num_bits)
-    return inverse_scale, optimize_zero_point(weight, inverse_scale, zero, axis, num_bits, iterations)
+    rows = fns.reshape(fns.moveaxis(as_float32(weight), axis, -1), (-1, weight.shape[axis]))
+    f32, backend, device = TensorDataType.float32, rows.backend, rows.device
+    inverse_scale, zero = (fns.zeros((rows.shape[0], 1), backend=backend, dtype=f32, device=device) for _ in "sz")
+
+    def solve_block(block: slice) -> None:
+        w = rows[block]
+        s, z = min_max_init_for_range(fns.min(w, axis=1, keepdims=True), fns.max(w, axis=1, keepdims=True), num_bits)
+        inverse_scale[block], zero[block] = s, z
+        index = fns.arange(block.start, block.start + w.shape[0], backend=backend, device=device)
+        iterate_zero_point(index, w * s, z, zero, num_bits, iterations)
+
+    on_threads(solve_block, row_blocks(*rows.shape))
+    shape = (*weight.shape[:axis], *weight.shape[axis + 1 :], 1)
+    return tuple(fns.moveaxis(fns.reshape(x, shape), -1, axis) for x in (inverse_scale, zero))  # type: ignore[return-value]
 
 
 def stored_scale_zero_point(scale: Tensor, zero_point: Tensor) -> tuple[Tensor, Tensor]:

@@ -5,6 +5,7 @@ import nncf.tensor.functions as fns
 from nncf import CompressWeightsMode
 from nncf.quantization.algorithms.weight_compression.config import WeightCompressionConfig
 from nncf.quantization.algorithms.weight_compression.hqq import HQQ
+from nncf.quantization.algorithms.weight_compression.hqq_solver import solve_zero_point
 from nncf.quantization.algorithms.weight_compression.weight_lowering import do_integer_dequantization
 from nncf.quantization.algorithms.weight_compression.weight_lowering import do_integer_quantization
 from nncf.tensor import Tensor
@@ -80,3 +81,13 @@ def test_narrow_groups_are_not_above_round_to_nearest(kind, mode, to_tensor):
 def test_iterations_lower_the_error_of_the_range_initialisation(to_tensor):
     weight = to_tensor(random_weight(5))
     assert squared_error(weight, hqq_params(weight, 20)) < squared_error(weight, hqq_params(weight, 0))
+
+
+def test_each_group_is_solved_as_if_it_were_alone(to_tensor):
+    """The groups are independent problems: each one's iterations stop on their own."""
+    weight = random_weight(6, (8, 128))
+    grouped = to_tensor(weight.reshape(8, 4, 32))
+    inverse_scale, zero = solve_zero_point(grouped, 2, 4, 20)
+    for row in range(8):
+        alone = solve_zero_point(to_tensor(weight[row : row + 1].reshape(1, 4, 32)), 2, 4, 20)
+        assert fns.all(alone[0] == inverse_scale[row : row + 1]) and fns.all(alone[1] == zero[row : row + 1])
