@@ -161,7 +161,7 @@ def solve_zero_point(weight: Tensor, axis: int, num_bits: int, iterations: int) 
 
     on_threads(solve_block, row_blocks(*rows.shape))
     shape = (*weight.shape[:axis], *weight.shape[axis + 1 :], 1)
-    return tuple(fns.moveaxis(fns.reshape(x, shape), -1, axis) for x in (inverse_scale, zero))  # type: ignore[return-value]
+    return tuple(fns.moveaxis(fns.reshape(x, shape), -1, axis) for x in (inverse_scale, zero))
 
 
 def stored_scale_zero_point(scale: Tensor, zero_point: Tensor) -> tuple[Tensor, Tensor]:
