@@ -1,9 +1,11 @@
-"""The zero-point loop's work under two stopping rules: the whole tensor's (0001, HQQ's) and each group's own.
+"""The zero-point loop under three stopping rules: the whole tensor's early stop (HQQ's, 0001 until 2026-12-07),
+each group's own early stop with its best iterate, and no early stop, each group until it converges (0001 now).
 
 For R4 (0001's compression time, docs/upstreaming.md): how many passes over the weight each rule makes (a group is
-computed until it stops), and the mean absolute error each leaves, on the seven weights of one Qwen2.5-1.5B-shaped
+computed until it stops), the mean absolute error each leaves, the mean |mean error| of a group (its bias), and the
+share of groups whose zero point is the tensor rule's bit for bit, on the seven weights of one Qwen2.5-1.5B-shaped
 layer (the timing model), the Qwen2.5-Coder-1.5B model's first 14 weights (g128) and SmolLM2's first 30 (g64).
-A transcription of 0001's loop in numpy, not the solver itself: this counts work, it does not compare bits.
+A transcription of the loops in numpy, with the update of HQQ (and 0001), mean(Wq - W s).
 
     python research/zero_point_stop_scope.py
 """
@@ -46,7 +48,7 @@ def step(rows: np.ndarray, s: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np
 
 
 def tensor_stop(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-    """0001's rule: stop when the whole tensor's mean error stops decreasing; groups at a fixed point drop out."""
+    """HQQ's rule: stop when the whole tensor's mean error stops decreasing; groups at a fixed point drop out."""
     s, z = initial(rows)
     best_zero, group_error, best, moving, passes = z.copy(), np.zeros_like(z), np.inf, np.arange(len(rows)), 0
     r, ss, zz = rows, s, z
@@ -81,9 +83,27 @@ def group_stop(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
     return s, best_zero, passes / len(rows)
 
 
-def mean_abs_error(rows: np.ndarray, s: np.ndarray, z: np.ndarray) -> float:
+def until_converged(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """No early stop: each group until its zero point no longer changes (at most ITERATIONS), its last zero point."""
+    s, z = initial(rows)
+    last, moving, passes = z.copy(), np.arange(len(rows)), 0
+    r, ss, zz = rows, s, z
+    for _ in range(ITERATIONS):
+        _, updated = step(r, ss, zz)
+        passes += len(r)
+        last[moving] = updated
+        still = (updated != zz)[:, 0]
+        moving, r, ss, zz = moving[still], r[still], ss[still], updated[still]
+        if moving.size == 0:
+            break
+    return s, last, passes / len(rows)
+
+
+def errors(rows: np.ndarray, s: np.ndarray, z: np.ndarray) -> tuple[float, float]:
+    """The mean absolute error and the mean over groups of |the group's mean error|."""
     codes = np.clip(np.round(rows * s + z), 0.0, Q_MAX)
-    return float(np.mean(np.abs(rows - (codes - z) / s)))
+    difference = rows - (codes - z) / s
+    return float(np.mean(np.abs(difference))), float(np.mean(np.abs(difference.mean(axis=1))))
 
 
 def weights(model: ov.Model, limit: int) -> list[np.ndarray]:
@@ -101,17 +121,22 @@ def main() -> None:
         ("Qwen2.5-Coder-1.5B", lambda: ov.Core().read_model(ir_xml(qwen_ov_dir())), 128, 14),
         ("SmolLM2-135M", lambda: ov.Core().read_model(ir_xml(smollm2_ov_dir())), 64, 30),
     ]
-    print(f"{'weights':<26}{'passes tensor':>15}{'passes group':>14}{'MAE tensor':>13}{'MAE group':>13}")
+    rules = {"tensor's stop": tensor_stop, "group's stop": group_stop, "until converged": until_converged}
+    print(f"{'weights':<26}{'rule':<17}{'passes':>8}{'MAE':>12}{'|bias|':>12}{'as tensor':>11}")
     for name, build, group_size, limit in models:
-        totals = np.zeros(5)
+        totals = {rule: np.zeros(4) for rule in rules}
+        size = 0
         for weight in weights(build(), limit):
             rows = weight.reshape(-1, group_size)
-            s, z, passes = tensor_stop(rows)
-            s2, z2, passes2 = group_stop(rows)
-            values = (passes, passes2, mean_abs_error(rows, s, z), mean_abs_error(rows, s2, z2), 1.0)
-            totals += np.array(values) * rows.size
-        passes, passes2, error, error2, _ = totals / totals[4]
-        print(f"{name:<26}{passes:>15.2f}{passes2:>14.2f}{error:>13.7f}{error2:>13.7f}")
+            size += rows.size
+            _, tensor_zero, _ = tensor_stop(rows)
+            for rule, solve in rules.items():
+                s, z, passes = solve(rows)
+                same = float(np.mean(z == tensor_zero))
+                totals[rule] += np.array([passes, *errors(rows, s, z), same]) * rows.size
+        for rule, total in totals.items():
+            passes, error, bias, same = total / size
+            print(f"{name:<26}{rule:<17}{passes:>8.2f}{error:>12.7f}{bias:>12.7f}{same:>11.4f}")
 
 
 if __name__ == "__main__":
