@@ -31,7 +31,8 @@ class AdvancedHQQParameters:
     """
     Contains advanced parameters for HQQ (Half-Quadratic Quantization).
 
-    :param num_iterations: Maximal number of HQQ's zero-point iterations. Defaults to 20.
+    :param num_iterations: Maximal number of HQQ's zero-point iterations of a group (each group iterates until its
+        zero point converges). Defaults to 20.
     :type num_iterations: int
     :param rtn_value_projections: Whether the layers that produce attention values keep round-to-nearest.
         Defaults to True.

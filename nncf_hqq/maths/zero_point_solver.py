@@ -8,6 +8,7 @@ A model stores NNCF's codes of the weight for the scale and zero point of ``stor
 Badri, A. Shaji, "Half-Quadratic Quantization of Large Machine Learning Models", 2023.
 """
 
+import math
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -78,7 +79,7 @@ def zero_point_iteration(groups: tuple[Tensor, Tensor, Tensor], zero_out: Tensor
     codes -= scaled
     updated = fns.mean(codes, axis=1, keepdims=True)
     zero_out[index] = updated
-    moving = (updated != zero)[:, 0]
+    moving = ((updated != zero) & (updated == updated))[:, 0]  # a NaN zero point (from NaN weights) does not move
     return index[moving], scaled[moving], updated[moving]
 
 
@@ -91,8 +92,10 @@ def row_blocks(groups: int, group_size: int) -> list[slice]:
     :param group_size: The number of elements of a group.
     :return: The blocks' slices of the groups.
     """
+    if group_size == 0:  # groups without elements: nothing to solve, their parameters stay zero
+        return []
     per_thread = max(-(-groups * group_size // BLOCK_THREADS), BLOCK_ELEMENTS // 16)
-    step = max(1, min(BLOCK_ELEMENTS, per_thread) // max(group_size, 1))
+    step = max(1, min(BLOCK_ELEMENTS, per_thread) // group_size)
     return [slice(start, start + step) for start in range(0, groups, step)]
 
 
@@ -118,9 +121,11 @@ def iterate_zero_point(
     them. This is HQQ's half-quadratic solver where its lp shrinkage is inactive: with HQQ's defaults (p = 0.7,
     beta = 10 growing 1.01x an iteration) it zeroes every error below beta^(-1 / (2 - p)), at least 0.147 over 20
     iterations, and an error is about half a step, (max - min) / (2 (2^b - 1)), at most: so on groups of range up to
-    4.4 at 4 bits (75 at 8). Each group iterates until it converges (its zero point no longer changes), at most
-    ``iterations`` times, without HQQ's early stop on the tensor's mean absolute error: a converged group's codes
-    have the mean of its scaled weights, so its reconstruction error has zero mean.
+    4.4 at 4 bits (75 at 8). The update is the least-squares zero point of the current codes, and the nearest codes
+    are the least-squares codes of the zero point, so a group's squared error never increases: each group iterates
+    until it converges (its zero point no longer changes; a group still alternating between two states of equal
+    error after ``iterations``, the cap, keeps the last), without HQQ's early stop on the tensor's mean absolute
+    error. A converged group's codes have the mean of its scaled weights: its reconstruction error has zero mean.
 
     :param index: The groups' indices into ``zero_out``.
     :param scaled: Their scaled weights u = W s, a group per row.
@@ -148,11 +153,14 @@ def solve_zero_point(weight: Tensor, axis: int, num_bits: int, iterations: int) 
     :param iterations: The maximal number of zero-point iterations.
     :return: The inverse scale and the zero point of every group (keepdims).
     """
-    rows = fns.reshape(fns.moveaxis(as_float32(weight), axis, -1), (-1, weight.shape[axis]))
+    axis %= weight.ndim
+    shape = (*weight.shape[:axis], *weight.shape[axis + 1 :], 1)
+    rows = fns.reshape(fns.moveaxis(as_float32(weight), axis, -1), (math.prod(shape), weight.shape[axis]))
     f32, backend, device = TensorDataType.float32, rows.backend, rows.device
-    inverse_scale, zero = (fns.zeros((rows.shape[0], 1), backend=backend, dtype=f32, device=device) for _ in "sz")
+    inverse_scale = fns.zeros((rows.shape[0], 1), backend=backend, dtype=f32, device=device)
+    zero = fns.zeros((rows.shape[0], 1), backend=backend, dtype=f32, device=device)
 
-    def solve_block(block: slice) -> None:
+    def solve_block(block: slice) -> None:  # writes the block's own rows of inverse_scale and zero only
         w = rows[block]
         s, z = min_max_init_for_range(fns.min(w, axis=1, keepdims=True), fns.max(w, axis=1, keepdims=True), num_bits)
         inverse_scale[block], zero[block] = s, z
@@ -160,8 +168,8 @@ def solve_zero_point(weight: Tensor, axis: int, num_bits: int, iterations: int) 
         iterate_zero_point(index, w * s, z, zero, num_bits, iterations)
 
     on_threads(solve_block, row_blocks(*rows.shape))
-    shape = (*weight.shape[:axis], *weight.shape[axis + 1 :], 1)
-    return tuple(fns.moveaxis(fns.reshape(x, shape), -1, axis) for x in (inverse_scale, zero))
+    inverse_scale, zero = (fns.moveaxis(fns.reshape(x, shape), -1, axis) for x in (inverse_scale, zero))
+    return inverse_scale, zero
 
 
 def stored_scale_zero_point(scale: Tensor, zero_point: Tensor) -> tuple[Tensor, Tensor]:

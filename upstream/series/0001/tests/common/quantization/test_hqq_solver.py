@@ -1,8 +1,11 @@
+from unittest.mock import patch
+
 import numpy as np
 import pytest
 
 import nncf.tensor.functions as fns
 from nncf import CompressWeightsMode
+from nncf.quantization.algorithms.weight_compression import hqq_solver
 from nncf.quantization.algorithms.weight_compression.config import WeightCompressionConfig
 from nncf.quantization.algorithms.weight_compression.hqq import HQQ
 from nncf.quantization.algorithms.weight_compression.hqq_solver import solve_zero_point
@@ -91,3 +94,13 @@ def test_each_group_is_solved_as_if_it_were_alone(to_tensor):
     for row in range(8):
         alone = solve_zero_point(to_tensor(weight[row : row + 1].reshape(1, 4, 32)), 2, 4, 20)
         assert fns.all(alone[0] == inverse_scale[row : row + 1]) and fns.all(alone[1] == zero[row : row + 1])
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_blocks_threads_and_axis_sign_do_not_change_the_result(threads, to_tensor):
+    weight = to_tensor(random_weight(7, (64, 256)).reshape(64, 8, 32))
+    expected = solve_zero_point(weight, 2, 4, 20)
+    with patch.multiple(hqq_solver, BLOCK_ELEMENTS=256, BLOCK_THREADS=threads):  # 64 blocks of 8 groups
+        solved = solve_zero_point(weight, -1, 4, 20)
+    for got, want in zip(solved, expected):
+        assert fns.all(got == want)

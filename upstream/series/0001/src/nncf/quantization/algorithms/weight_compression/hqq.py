@@ -44,7 +44,8 @@ class HQQ:
         """
         :param mode: The primary compression mode, INT4_ASYM or INT8_ASYM; weights in another mode (the backup mode)
             keep NNCF's round-to-nearest.
-        :param num_iterations: Maximal number of HQQ's zero-point iterations.
+        :param num_iterations: Maximal number of HQQ's zero-point iterations of a group (each group iterates until
+            its zero point converges).
         :param rtn_value_projections: Whether the layers that produce attention values keep round-to-nearest.
         """
         self._mode = mode

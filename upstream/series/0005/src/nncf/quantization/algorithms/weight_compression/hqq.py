@@ -85,7 +85,8 @@ class HQQ:
     ):
         """
         :param mode: The primary compression mode, one of HQQ_MODES (the backup mode keeps rounding).
-        :param num_iterations: Maximal number of HQQ's zero-point iterations.
+        :param num_iterations: Maximal number of HQQ's zero-point iterations of a group (each group iterates until
+            its zero point converges).
         :param refinement_steps: Steps of least-squares refinement of the scales and zero points.
         :param rtn_value_projections: Whether the layers that produce attention values keep round-to-nearest.
         :param input_energy_weighting: Whether the error of each input channel is weighted by the energy of the
