@@ -357,17 +357,31 @@ class Runner:
         if stateful_llm:
             self.names = {name for port in compiled.inputs for name in port.get_names()}
             self.tokens = rng.integers(100, 20000, size=PREFILL_TOKENS + 4096, dtype=np.int64)
+            ports = {name: port for port in compiled.inputs for name in port.get_names()}
+            #: Rank of ``position_ids``: 3 for Qwen2-VL's multimodal rotary positions ``[3, batch, tokens]``.
+            positions = ports.get("position_ids")
+            self.position_rank = 2 if positions is None else positions.get_partial_shape().rank.get_length()
+            self.embeddings: np.ndarray | None = None
+            if "inputs_embeds" in self.names:  # a VLM's language model takes embeddings, not token ids
+                hidden = ports["inputs_embeds"].get_partial_shape()[2].get_length()
+                size = (PREFILL_TOKENS + 4096, hidden)
+                self.embeddings = (0.02 * rng.standard_normal(size)).astype(np.float32)
         else:
             self.prefill_x = rng.standard_normal((1, PREFILL_TOKENS, width)).astype(np.float32)
             self.decode_x = rng.standard_normal((1, 1, width)).astype(np.float32)
 
     def _llm_inputs(self, start: int, stop: int) -> dict[str, np.ndarray]:
+        positions = np.arange(start, stop, dtype=np.int64).reshape(1, -1)
+        if self.position_rank == 3:  # text tokens: the same position on the three rotary axes
+            positions = np.broadcast_to(positions, (3, 1, stop - start)).copy()
         inputs: dict[str, np.ndarray] = {
             "input_ids": self.tokens[start:stop].reshape(1, -1),
             "attention_mask": np.ones((1, stop), dtype=np.int64),
-            "position_ids": np.arange(start, stop, dtype=np.int64).reshape(1, -1),
+            "position_ids": positions,
             "beam_idx": np.zeros(1, dtype=np.int32),
         }
+        if self.embeddings is not None:
+            inputs["inputs_embeds"] = self.embeddings[start:stop][None]
         return {k: v for k, v in inputs.items() if k in self.names}
 
     def prefill(self) -> float:
@@ -780,6 +794,52 @@ def run_model(spec: ModelSpec, variants: list[str], args: argparse.Namespace, wo
     return result
 
 
+def ir_of(path: str) -> Path:
+    """The IR to time for ``path``: an ``.xml`` as it is; in a model dir its language model (a VLM's) or its
+    ``openvino_model.xml``."""
+    path_ = Path(path)
+    if path_.suffix == ".xml":
+        return path_
+    for name in ("openvino_language_model.xml", "openvino_model.xml"):
+        if (path_ / name).is_file():
+            return path_ / name
+    msg = f"{path}: no openvino_language_model.xml or openvino_model.xml"
+    raise FileNotFoundError(msg)
+
+
+def run_irs(args: argparse.Namespace) -> dict[str, Any]:
+    """Prefill and decode latency of written stateful LLM IRs (``--irs``), measured like the variants
+    (``measure_latency``: interleaved steps, fresh processes, random compile orders), against the one named rtn."""
+    info = {name: {"xml": str(ir_of(path))} for name, path in args.irs.items()}
+    spec = ModelSpec("irs", lambda: ov.Model([], []), 0, stateful_llm=True, all_layers=False)
+    print(f"[irs] latency ({args.rounds} interleaved rounds in {args.latency_processes} process(es))")
+    measured = measure_latency(
+        spec, info, args.config, args.rounds, args.prefill_reps, args.decode_steps, args.latency_processes
+    )
+    latency = summarize_latency(measured["times"])
+    env = environment(args.config)
+    print(f"CPU: {env['cpu_model']} ({env['cpu_kind']}), OpenVINO {env.get('openvino')}")
+    print(f"{'IR':<14} {'prefill ms':>10} {'/ RTN (q1-q3)':>20} {'decode ms':>10} {'/ RTN (q1-q3)':>20}")
+    for name, row in latency.items():
+        print(
+            f"{name:<14} {row['prefill_ms']:>10.1f} {_ratio(row, 'prefill_vs_rtn', quartiles=True):>20} "
+            f"{row['decode_ms']:>10.2f} {_ratio(row, 'decode_vs_rtn', quartiles=True):>20}"
+        )
+    results = {
+        "environment": env,
+        "args": vars(args),
+        "irs": info,
+        "latency": latency,
+        "latency_seconds": measured["times"],
+        "compiled_properties": measured["properties"],
+        "compile_orders": measured["compile_orders"],
+    }
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=2, default=str))
+    return results
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default=",".join(DEFAULT_MODELS), help=f"comma-separated: {','.join(MODELS)}")
@@ -799,10 +859,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--report", type=Path, default=None, help="only print the tables of a saved JSON")
     parser.add_argument("--max-isa", default=None, help="ONEDNN_MAX_CPU_ISA for this run, e.g. AVX512_CORE_VNNI")
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    parser.add_argument(
+        "--irs",
+        default=None,
+        help="time written stateful LLM IRs instead of compressing: NAME=PATH,... (PATH an .xml or a model dir; a "
+        "VLM dir's language model); one NAME must be rtn",
+    )
     args = parser.parse_args(argv)
     args.rounds = args.rounds or (3 if args.quick else 15)
     args.memory_rounds = args.memory_rounds or (1 if args.quick else 3)
     args.latency_processes = args.latency_processes or (1 if args.quick else 3)
+    if args.irs:
+        args.irs = dict(item.split("=", 1) for item in args.irs.split(","))
+        if "rtn" not in args.irs:
+            parser.error("--irs: one of the IRs must be named rtn (the ratios' baseline)")
+        return args
     unknown = sorted(set(args.variants.split(",")) - set(VARIANTS))
     if unknown or "rtn" not in args.variants.split(","):
         parser.error(f"unknown variants {unknown}; the variants must include rtn (the ratios' baseline)")
@@ -817,6 +888,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.max_isa:  # read by oneDNN when the CPU plugin first runs; inherited by the child processes
         os.environ["ONEDNN_MAX_CPU_ISA"] = args.max_isa
     nncf_logger.setLevel(logging.WARNING)
+    if args.irs:
+        return run_irs(args)
     specs = model_specs(args.quick)
     variants = args.variants.split(",")
     results: dict[str, Any] = {"environment": environment(args.config), "args": vars(args) | {"workdir": None}}

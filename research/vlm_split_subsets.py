@@ -6,9 +6,12 @@ data-free dir whose language model keeps the split's output correction only on s
 correction is dropped, leaving the rounded integer zero point (the timing of an integer-zero-point layer, NOT its
 accuracy: HQQ's integer zero points are optimised as such, these are not). Then every dir is timed by
 ``openvino_genai.VLMPipeline`` in interleaved rounds (``named_models.measure_latency``), and the medians of the
-per-round ratios to optimum-cli's are printed and written as JSON.
+per-round ratios to optimum-cli's are printed and written as JSON. With ``--decode``, the language models' decode
+steps are timed instead (``benchmarks/inference.py --irs``: single steps of every IR in turn, a new random order for
+each step, in fresh processes that compile the IRs in random orders), which a GenAI round's spread does not blur.
 
     python research/vlm_split_subsets.py --rounds 5      # Qwen2.5-VL-3B's dirs under ~/.cache/nncf_hqq/checkpoints
+    python research/vlm_split_subsets.py --decode --rounds 12 --out results/vlm_split_decode.json
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import openvino as ov
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import inference  # noqa: E402
 import named_models  # noqa: E402
 
 from nncf_hqq.openvino.split import CORRECTION_SUFFIX  # noqa: E402
@@ -74,13 +78,21 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--out", type=Path, default=Path("results/vlm_split_subsets.json"))
+    parser.add_argument("--decode", action="store_true", help="time the language models' decode steps instead")
+    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of the variants")
     args = parser.parse_args()
     dirs = {"rtn": args.dirs / "optimum", "split": args.dirs / "data-free"}
     variants = {}
-    for name, keep in VARIANTS.items():
+    for name in filter(None, args.variants.split(",")):
         dirs[name] = args.work / name
-        variants[name] = write_variant(args.dirs / "data-free", dirs[name], keep)
+        variants[name] = write_variant(args.dirs / "data-free", dirs[name], VARIANTS[name])
         print(name, variants[name], flush=True)
+    if args.decode:
+        irs = ",".join(f"{name}={path}" for name, path in dirs.items())
+        argv = ["--irs", irs, "--rounds", str(args.rounds), "--prefill-reps", "1", "--decode-steps", "32"]
+        argv += ["--out", str(args.out)]
+        inference.main(argv)
+        return
     latency = named_models.measure_latency(dirs, True, args.rounds, args.new_tokens)
     for name, values in latency.items():
         ratios = f"{values['tpot_ratio']:.3f}x, TTFT {values['ttft_ratio']:.3f}x"
