@@ -55,7 +55,8 @@ class HQQOVBackend(HQQAlgoBackend, OVWeightCompressionAlgoBackend):
         super().__init__(model)
         self.name_to_node_mapping = RescaledConstants(self.name_to_node_mapping, float_values)
         self.hqq = hqq
-        #: HQQ's compressed weights for the next ``transform_model`` that gets none from NNCF (``HQQ.apply``'s result).
+        #: HQQ's compressed weights for the next ``transform_model`` that gets none from NNCF (``HQQ.apply``'s result),
+        #: which consumes them: they hold this backend and the model, a cycle only the garbage collector would free.
         self.hqq_weights: Mapping[str, CompressedWeight] | None = None
         #: Names of the weights the last ``transform_model`` wrote with an f16 zero point.
         self.float_zero_point_weights: set[str] = set()
@@ -121,7 +122,7 @@ class HQQOVBackend(HQQAlgoBackend, OVWeightCompressionAlgoBackend):
     ) -> ov.Model:
         """NNCF's ``transform_model``, with HQQ's compressed weights when no earlier step supplied any."""
         if precomputed_compressed_weights is None:
-            precomputed_compressed_weights = self.hqq_weights
+            precomputed_compressed_weights, self.hqq_weights = self.hqq_weights, None
         self.float_zero_point_weights = set()
         constants = self.name_to_node_mapping
         in_turn = weight_compression_parameters

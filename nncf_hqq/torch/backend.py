@@ -129,7 +129,7 @@ class HQQPTBackend(HQQAlgoBackend, PTWeightCompressionAlgoBackend):
         """
         hqq_weights = precomputed_compressed_weights
         if hqq_weights is None:
-            hqq_weights = self.hqq_weights or {}
+            hqq_weights, self.hqq_weights = self.hqq_weights or {}, None  # consumed (they hold this backend)
         transformer = PT2ModelTransformer(model)
         module = model.model
         layout = TransformationLayout()
