@@ -38,6 +38,8 @@ growth over a baseline (the CPU plugin already loaded by a tiny model) is report
 
     python benchmarks/inference.py --out results/inference.json              # all three models (~35 min, 2 busy cores)
     python benchmarks/inference.py --quick --models matmul,decoder            # smoke run (~1 min)
+    python benchmarks/inference.py --irs rtn=RTN_DIR,hqq=OUT --rounds 12 --prefill-reps 1 --decode-steps 32
+                                         # written model dirs (stateful LLMs, a VLM's language model) instead
     python benchmarks/inference.py --models smollm2 --config accuracy         # f32, no dynamic quantization
     python benchmarks/inference.py --models qwen1.5b_layers,qwen7b_layers --variants rtn,hqq_float,hqq_split,\
         hqq_split_f16 --memory-rounds 1 --out results/inference_layers.json  # the 1.5B / 7B layer shapes
