@@ -400,7 +400,7 @@ def test_an_encoder_gets_a_tokenizer_ir_without_a_detokenizer(tiny_llm: tuple[Pa
     assert ids.tolist() == [tiny_llm[1]("w1 w2 w3")["input_ids"]]
 
 
-def test_the_weights_files_pages_are_dropped_and_memory_released_at_every_phase(
+def test_the_weights_files_pages_are_dropped_and_the_heap_returned_at_every_phase(
     tiny_llm: tuple[Path, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from nncf_hqq.openvino import pages
@@ -408,7 +408,7 @@ def test_the_weights_files_pages_are_dropped_and_memory_released_at_every_phase(
     released: list[list[Path]] = []
     boundaries: list[bool] = []
     monkeypatch.setattr(compress_job, "releasing_file_pages", recording_released_files(released))
-    monkeypatch.setattr(compress_job, "release_memory", lambda: boundaries.append(pages.release_memory()) or True)
+    monkeypatch.setattr(compress_job, "return_free_heap", lambda: boundaries.append(pages.return_free_heap()) or True)
     result = compress(tiny_llm[0], tmp_path / "out", group_size=64, self_calibration=False, log=quiet)
     assert released == [[(tiny_llm[0] / "openvino_model.bin").resolve()]]
     assert len(boundaries) == 2 * len(result.phase_seconds) and all(boundaries)  # glibc: every call returned heap

@@ -330,24 +330,3 @@ def test_a_range_reused_by_other_memory_keeps_its_data() -> None:
     if not pages.drop_range(low, high):
         pytest.skip("no MADV_PAGEOUT on this kernel")
     np.testing.assert_array_equal(data, expected)
-
-
-def test_release_memory_frees_what_only_a_cycle_holds() -> None:
-    """``release_memory`` (the compress job's phase boundary) collects reference cycles, then trims the heap."""
-    import gc
-    import weakref
-
-    class Node:
-        other: Node | None = None
-
-    first, second = Node(), Node()
-    first.other, second.other = second, first
-    alive = weakref.ref(first)
-    gc.disable()
-    try:
-        del first, second
-        assert alive() is not None  # only the cycle holds them
-        pages.release_memory()
-        assert alive() is None
-    finally:
-        gc.enable()

@@ -82,8 +82,8 @@ from nncf_hqq.llm.writing import save_checkpoint_dir
 from nncf_hqq.llm.writing import save_model_dir
 from nncf_hqq.llm.writing import write_record
 from nncf_hqq.openvino.graph import moe_gate_matmuls
-from nncf_hqq.openvino.pages import release_memory
 from nncf_hqq.openvino.pages import releasing_file_pages
+from nncf_hqq.openvino.pages import return_free_heap
 from nncf_hqq.self_calibration import SELF_CALIBRATION_DEFAULT
 
 #: What the job wrote: an OpenVINO LLM dir, an OpenVINO encoder dir, a transformers checkpoint, an OpenVINO
@@ -160,7 +160,7 @@ class CompressJob:
         self.options = options
         self.log = log
         self.command_line = command_line
-        self.timer = StepTimer(log, at_boundary=release_memory, announce=announces_phases())
+        self.timer = StepTimer(log, at_boundary=return_free_heap, announce=announces_phases())
         self.start = time.perf_counter()
         self.estimates: tuple[PhaseEstimate, ...] = ()
         #: Whether the INT8 stand-in runs the float model's phases: as asked, or chosen for the memory.

@@ -60,8 +60,8 @@ from nncf_hqq.llm.timing import TOKENIZATION_PHASE
 from nncf_hqq.llm.timing import StepTimer
 from nncf_hqq.llm.timing import silent_timer
 from nncf_hqq.llm.zoo import default_text
-from nncf_hqq.openvino.pages import release_memory
 from nncf_hqq.openvino.pages import releasing_file_pages
+from nncf_hqq.openvino.pages import return_free_heap
 
 #: Windows the job evaluates LLMs on by default (shared/PROTOCOL.md's 40 first windows).
 DEFAULT_WINDOWS = 40
@@ -209,7 +209,7 @@ def evaluate(
     tokenizer_dir = Path(tokenizer) if tokenizer is not None else model_files_dir(reference_path) or reference_path
     if png is not None:
         require_matplotlib()
-    timer = StepTimer(log, at_boundary=release_memory, announce=on_a_terminal())
+    timer = StepTimer(log, at_boundary=return_free_heap, announce=on_a_terminal())
     run = _Run(reference_path, candidates, text_path, tokenizer_dir, reference_name, timer, log)
     with progress_bars_only_on_a_terminal():
         if is_encoder_ir(reference_path):

@@ -35,7 +35,6 @@ from nncf_hqq.llm.timing import OUTPUT_REFERENCE_PHASE
 from nncf_hqq.llm.timing import StepTimer
 from nncf_hqq.llm.timing import silent_timer
 from nncf_hqq.openvino.pages import release_file_mappings
-from nncf_hqq.openvino.pages import release_memory
 from nncf_hqq.openvino.pages import releasing_file_pages
 from nncf_hqq.self_calibration import SelfCalibration
 from nncf_hqq.self_calibration import generate_sequences
@@ -155,7 +154,6 @@ def _compress_candidates(
     with timer.step(OUTPUT_CHECK_PHASE):
         kept_xml = spill(model, scratch, first)
         del model
-        release_memory()
         metrics = evaluate_spilled(reference, first, kept_xml, held_out)
         chosen = first
         for name, options in others:
@@ -163,7 +161,6 @@ def _compress_candidates(
             with bitwidth_tables_held_back() as candidate_tables:
                 candidate_xml = spill(compress_model(read_model(model_xml), options), scratch, name)
             release_file_mappings(weights_file)  # the float weights NNCF's RTN read
-            release_memory()  # whatever a cycle kept of the candidate just written
             metrics[name] = evaluate_spilled(reference, name, candidate_xml, held_out)[name]
             beaten = candidate_xml
             if metrics[name]["kl"] < metrics[chosen]["kl"]:

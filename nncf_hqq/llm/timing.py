@@ -54,7 +54,7 @@ class StepTimer:
     maximum, so a step that raises it is a step that needed it). A step that starts inside another one is nested in
     it (``parents``): the summary shows it in parentheses after its parent, whose time includes it. ``at_boundary``
     (if given) is called when every step starts and ends, before its log line, and is not timed (e.g.
-    ``nncf_hqq.openvino.pages.release_memory``).
+    ``nncf_hqq.openvino.pages.return_free_heap``).
     """
 
     log: Callable[[str], None]

@@ -53,8 +53,8 @@ from nncf_hqq.llm.timing import EXPORT_PHASE
 from nncf_hqq.llm.timing import SAVING_PHASE
 from nncf_hqq.llm.timing import StepTimer
 from nncf_hqq.llm.writing import ensure_openvino_tokenizers
-from nncf_hqq.openvino.pages import release_memory
 from nncf_hqq.openvino.pages import releasing_file_pages
+from nncf_hqq.openvino.pages import return_free_heap
 
 #: The part names: an IR ``openvino_{name}.xml`` of the export.
 LANGUAGE_MODEL = "language_model"
@@ -197,7 +197,7 @@ def write_vlm_dir(
                 model = compress_model(model, options)
                 ov.save_model(model, out_dir / xml.name, compress_to_fp16=False)
             del model
-            release_memory()
+            return_free_heap()
             seconds = time.perf_counter() - start
             log(f"{name}: {recipe} ({parameters / 1e6:.1f}M parameters, {seconds:.1f} s)")
             options_record = dataclasses.asdict(options)

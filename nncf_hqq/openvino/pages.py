@@ -19,7 +19,6 @@ from __future__ import annotations
 import bisect
 import ctypes
 import functools
-import gc
 import mmap
 import os
 import sys
@@ -63,14 +62,6 @@ def return_free_heap() -> bool:
         return False
     trim(0)
     return True
-
-
-def release_memory() -> bool:
-    """Frees what only reference cycles keep alive (``gc.collect``: between phases a dropped model in such a cycle
-    would wait for the collector, which runs at its own pace) and gives the free heap back (``return_free_heap``);
-    returns whether the heap could be trimmed."""
-    gc.collect()
-    return return_free_heap()
 
 
 @functools.cache
