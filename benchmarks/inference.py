@@ -357,10 +357,10 @@ class Runner:
         self.position = 0
         rng = np.random.default_rng(seed)
         if stateful_llm:
-            self.names = {name for port in compiled.inputs for name in port.get_names()}
-            self.tokens = rng.integers(100, 20000, size=PREFILL_TOKENS + 4096, dtype=np.int64)
             ports = {name: port for port in compiled.inputs for name in port.get_names()}
-            #: Rank of ``position_ids``: 3 for Qwen2-VL's multimodal rotary positions ``[3, batch, tokens]``.
+            self.names = set(ports)
+            self.tokens = rng.integers(100, 20000, size=PREFILL_TOKENS + 4096, dtype=np.int64)
+            # 3 for Qwen2-VL's multimodal rotary positions ``[3, batch, tokens]``
             positions = ports.get("position_ids")
             self.position_rank = 2 if positions is None else positions.get_partial_shape().rank.get_length()
             self.embeddings: np.ndarray | None = None
@@ -872,7 +872,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.memory_rounds = args.memory_rounds or (1 if args.quick else 3)
     args.latency_processes = args.latency_processes or (1 if args.quick else 3)
     if args.irs:
-        args.irs = dict(item.split("=", 1) for item in args.irs.split(","))
+        items = args.irs.split(",")
+        if any("=" not in item for item in items):
+            parser.error(f"--irs takes NAME=PATH,...; got {args.irs!r}")
+        args.irs = dict(item.split("=", 1) for item in items)
         if "rtn" not in args.irs:
             parser.error("--irs: one of the IRs must be named rtn (the ratios' baseline)")
         return args
