@@ -18,6 +18,8 @@ The internal names used:
 - AWQ's OpenVINO backend (``OVAWQAlgoAlgoBackend``, replaced while AWQ runs so that its rescaled weights are
   recorded, not written: ``nncf_hqq.openvino.rescaling``), the scale each step of ``AWQ`` returns
   (``awq_scales_observed``) and ``create_ov_const_from_tensor`` (how AWQ writes a rescaled weight);
+- ``clear_ov_model_cache``: NNCF's cache of compiled weight-lowering models, dropped once Scale Estimation's
+  reference pass is over (``HQQOVBackend.release_working_memory``);
 - NNCF's Torch backend (its weight-compression backend and encoder, the function hooks that hold decompressors, its
   decompressor modules and packing, graph metatypes, model-graph helpers). These import torch, which the library
   does not need otherwise, so they are imported on first use (``__getattr__`` below).
@@ -52,6 +54,7 @@ from nncf.common.tensor_statistics.statistic_point import StatisticPoint
 from nncf.common.tensor_statistics.statistic_point import StatisticPointsContainer
 from nncf.common.tensor_statistics.statistics import WCTensorStatistic
 from nncf.openvino.graph.node_utils import create_ov_const_from_tensor
+from nncf.openvino.optimized_functions import clear_ov_model_cache
 from nncf.quantization.algorithms.weight_compression.activation_stats import process_stats
 from nncf.quantization.algorithms.weight_compression.algorithm import WeightCompression
 from nncf.quantization.algorithms.weight_compression.algorithm import check_user_compression_configuration
@@ -154,6 +157,7 @@ __all__ = [
     "calculate_scale_zero_point",
     "check_user_compression_configuration",
     "check_versions",
+    "clear_ov_model_cache",
     "compress_weight",
     "compress_weight_replaced",
     "create_ov_const_from_tensor",

@@ -459,6 +459,7 @@ class HQQ:
             else ScaleEstimation(se.subset_size, se.initial_steps, se.scale_steps, se.weight_penalty)
         )
         references = algorithm.apply(model, graph, with_statistics, dict(statistics), backend_entity)
+        backend_entity.release_working_memory()
         return {
             name: dataclasses.replace(p, reference=references.get(name)) if p.statistics is not None else p
             for name, p in planned.items()
@@ -610,6 +611,11 @@ class HQQAlgoBackend(WeightCompressionAlgoBackend):
     def release_weight(self, wp: WeightCompressionParameters) -> None:
         """A hint that the weight will not be read again soon: a backend whose weights live in a memory-mapped file
         may drop their resident pages (reading the weight later stays correct). By default nothing."""
+
+    def release_working_memory(self) -> None:
+        """A hint that a step over every weight (Scale Estimation's reference pass) has ended: a backend may drop
+        what it can rebuild on demand, such as compiled models cached per weight shape, and return freed heap to
+        the system, so that none of it is held while the writer compresses. By default nothing."""
 
 
 def encoded_reference(grouped: Tensor, reference: CompressedWeight, bits: int, symmetric: bool) -> CompressedWeight:

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import nncf
 import numpy as np
 import openvino as ov
 import pytest
 from nncf import CompressWeightsMode
 from nncf import SensitivityMetric
+from nncf.openvino.optimized_functions.models import OV_MODEL_CACHE
 from nncf.tensor import Tensor
 
 import nncf_hqq  # noqa: F401
+from nncf_hqq._nncf import ScaleEstimation
+from nncf_hqq.hqq import HQQ
 from nncf_hqq.maths.core import activation_error
 from nncf_hqq.maths.core import output_projections
 from nncf_hqq.maths.core import refine_scale_on_activations
@@ -106,6 +111,30 @@ def test_scale_estimation_with_hqq_differs_from_hqq_alone(dataset: nncf.Dataset,
     nncf_rows = (scales["se"][1] == np.round(scales["se"][1])).all(axis=(1, 2))
     assert (hqq_rows | nncf_rows).all()
     assert hqq_rows.any() and (nncf_rows & ~hqq_rows).any(), "expected both kinds of rows on this model"
+
+
+def test_scale_estimations_compiled_models_are_dropped_before_the_writer(
+    dataset: nncf.Dataset, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # NNCF caches a compiled model (with its buffers) per weight-lowering function and weight shape; the output
+    # guard's Scale Estimation pass fills that cache, which would otherwise be held until NNCF's writer ends
+    cached = {}
+    original_se, original_compress = ScaleEstimation.apply, HQQ.compress_planned
+
+    def scale_estimation(*args: Any, **kwargs: Any) -> Any:
+        result = original_se(*args, **kwargs)
+        cached.setdefault("after scale estimation", len(OV_MODEL_CACHE.access_count()))
+        return result
+
+    def compress_planned(*args: Any, **kwargs: Any) -> Any:
+        cached.setdefault("first weight written", len(OV_MODEL_CACHE.access_count()))
+        return original_compress(*args, **kwargs)
+
+    monkeypatch.setattr(ScaleEstimation, "apply", scale_estimation)
+    monkeypatch.setattr(HQQ, "compress_planned", compress_planned)
+    nncf.compress_weights(transformer_like(moe=False), **INT4, dataset=dataset, scale_estimation=True, hqq=True)
+    assert cached["after scale estimation"] > 0, "Scale Estimation compiled nothing: the test checks nothing"
+    assert cached["first weight written"] == 0, cached
 
 
 @pytest.mark.parametrize("layout", ["canonical-3d"], ids=str)

@@ -30,6 +30,7 @@ from nncf_hqq._nncf import WeightCompressionConfig
 from nncf_hqq._nncf import WeightCompressionParameters
 from nncf_hqq._nncf import awq_backend_replaced
 from nncf_hqq._nncf import awq_scales_observed
+from nncf_hqq._nncf import clear_ov_model_cache
 from nncf_hqq.hqq import HQQ
 from nncf_hqq.hqq import HQQAlgoBackend
 from nncf_hqq.openvino.decompression import float_zero_point_decompression
@@ -37,6 +38,7 @@ from nncf_hqq.openvino.decompression import is_float_zero_point
 from nncf_hqq.openvino.graph import attention_role
 from nncf_hqq.openvino.graph import norm_gain_importance
 from nncf_hqq.openvino.pages import release_file_pages
+from nncf_hqq.openvino.pages import return_free_heap
 from nncf_hqq.openvino.rescaling import RescaledConstants
 from nncf_hqq.openvino.rescaling import RescalingAWQBackend
 from nncf_hqq.openvino.split import split_float_zero_points
@@ -75,6 +77,14 @@ class HQQOVBackend(HQQAlgoBackend, OVWeightCompressionAlgoBackend):
 
     def release_weight(self, wp: WeightCompressionParameters) -> None:
         release_constant_pages(self.in_graph(wp.weight_name))
+
+    def release_working_memory(self) -> None:
+        """Drops NNCF's compiled weight-lowering models (one per function and weight shape, each holding its
+        buffers: Scale Estimation fills the cache, and NNCF would clear it only when its writer ends) and gives the
+        freed heap back (on a Qwen2.5-1.5B IR after Scale Estimation: 0.37 GiB, about 7 copies of the largest
+        weight in float32)."""
+        clear_ov_model_cache()
+        return_free_heap()
 
     @contextlib.contextmanager
     def awq_rescaling_deferred(self, awq: AWQ) -> Iterator[None]:
