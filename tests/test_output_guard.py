@@ -14,6 +14,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from nncf import CompressWeightsMode
 from nncf.common.tensor_statistics.statistics import WCTensorStatistic
+from nncf.quantization.algorithms.weight_compression.weight_lowering import do_integer_dequantization
 from nncf.tensor import Tensor
 
 from nncf_hqq import HQQ_DEFAULT
@@ -24,6 +25,7 @@ from nncf_hqq._nncf import process_stats
 from nncf_hqq.hqq import HQQ
 from nncf_hqq.maths.core import decompress
 from nncf_hqq.maths.core import split_into_groups
+from nncf_hqq.maths.guard import candidate_row_errors
 from nncf_hqq.maths.guard import choose_per_row
 from nncf_hqq.maths.guard import row_output_errors
 from tests.ov_models import heavy_tailed
@@ -85,6 +87,34 @@ def test_mixed_rows_have_the_least_output_error_of_all_candidates(seed: int, lay
 
     least = np.min([errors(c) for c in candidates], axis=0)
     np.testing.assert_allclose(errors(mixed), least, rtol=1e-6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    layout=st.sampled_from(["out_in", "in_out", "experts"]),
+    zero_point=st.sampled_from(["uint8", "int32", "float32", "float16", "none"]),
+)
+def test_in_place_row_errors_equal_nncfs_dequantization_to_the_bit(seed: int, layout: str, zero_point: str) -> None:
+    # the guard's choice must not move: its errors are compared with ties going to the first candidate
+    rng = np.random.default_rng(seed)
+    shape, axis = {"out_in": ((6, 32), 1), "in_out": ((32, 6), 0), "experts": ((2, 6, 32), 2)}[layout]
+    weight = Tensor(heavy_tailed(rng, shape))
+    activations = Tensor(rng.standard_normal((32, 10)).astype(np.float32))
+    grouped, grouped_axis = split_into_groups(weight, axis, 8)
+    scale = (np.abs(grouped.data).max(grouped_axis, keepdims=True) / rng.uniform(4.0, 9.0, 1)).astype(np.float32)
+    if zero_point == "none":
+        zero = None
+        codes = np.clip(np.round(grouped.data / scale), -8, 7).astype(np.int8)
+    else:
+        zero = rng.uniform(6.0, 9.0, scale.shape)
+        zero = zero.astype(zero_point) if zero_point.startswith("float") else np.round(zero).astype(zero_point)
+        codes = np.clip(np.round(grouped.data / scale + zero.astype(np.float32)), 0, 15).astype(np.uint8)
+    candidate = _candidate(codes, scale, zero)
+    reference = row_output_errors(weight, do_integer_dequantization(candidate).reshape(shape), activations, axis).data
+    in_place = candidate_row_errors(weight, candidate, activations, axis).data
+    assert in_place.dtype == reference.dtype
+    np.testing.assert_array_equal(in_place, reference)
 
 
 def _statistics(rng: np.random.Generator, channels: int, samples: int) -> WCTensorStatistic:

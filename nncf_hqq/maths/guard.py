@@ -31,6 +31,33 @@ def row_output_errors(weight: Tensor, reconstruction: Tensor, activations: Tenso
     return fns.sum(errors * errors, axis=-1)
 
 
+def dequantized(candidate: CompressedWeight) -> Tensor:
+    """
+    The candidate's values (q - z) * s in its grouped layout, as NNCF's ``do_integer_dequantization`` gives them for a
+    float32 scale, built in one float32 buffer (NNCF's holds up to three weight-sized arrays at once). The values are
+    the same: integer codes and zero points are exact in float32, and a float32 subtraction rounds the exact
+    difference as NNCF's float64 one, converted to float32, does.
+    """
+    if candidate.scale.dtype != TensorDataType.float32:
+        return do_integer_dequantization(candidate)
+    values = candidate.tensor.astype(TensorDataType.float32)
+    if candidate.zero_point is not None:
+        values -= candidate.zero_point.astype(TensorDataType.float32)
+    values *= candidate.scale
+    return values
+
+
+def candidate_row_errors(weight: Tensor, candidate: CompressedWeight, activations: Tensor, axis: int) -> Tensor:
+    """
+    ``row_output_errors`` of the candidate's reconstruction, computed in the reconstruction's own buffer: the error
+    (W_hat - W) X has W's sign flipped, which squaring undoes exactly, so the result is the same to the bit.
+    """
+    difference = dequantized(candidate).reshape(tuple(weight.shape))
+    difference -= weight if weight.dtype == TensorDataType.float32 else weight.astype(TensorDataType.float32)
+    errors = fns.matmul(fns.moveaxis(difference, axis % weight.ndim, -1), activations.astype(TensorDataType.float32))
+    return fns.sum(errors * errors, axis=-1)
+
+
 def row_mask(best: Tensor, index: int, weight_ndim: int, axis: int, grouped: bool) -> Tensor:
     """
     Where the row-wise choice is the index, shaped to broadcast against the grouped layout of a compressed weight.
@@ -48,8 +75,7 @@ def choose_per_row(
     (grouped: groups along the axis, else per channel). A result taken from one candidate is that candidate; a mix of
     float and integer zero points has float32 ones.
     """
-    reconstructions = (do_integer_dequantization(c).reshape(tuple(weight.shape)) for c in candidates)
-    errors = [row_output_errors(weight, r, activations, axis) for r in reconstructions]
+    errors = [candidate_row_errors(weight, c, activations, axis) for c in candidates]
     best = fns.argmin(fns.stack(errors), axis=0)
     counts = [int(fns.count_nonzero(best == i).item()) for i in range(len(candidates))]
     if max(counts) == sum(counts):
