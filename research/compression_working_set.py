@@ -6,10 +6,13 @@ self-calibrated options (AWQ, Scale Estimation, HQQ with its output guard) on 32
 tokens (the memory does not depend on what the tokens say), and prints one JSON line per step: the process's
 anonymous memory before, its peak during (sampled every 2 ms) and after, in GiB. ``--keep-compiled-models`` skips
 ``HQQOVBackend.release_working_memory`` (NNCF's compiled weight-lowering models kept through the writer, as before
-it existed), for the comparison.
+it existed), for the comparison. ``--guard OUTxIN`` instead measures the output guard's error computation alone on
+one random weight of that shape with four candidates: its peak above the weight and the candidates, in float32
+copies of the weight, through NNCF's dequantization (as before) and in place (``maths.guard.candidate_row_errors``).
 
     python research/compression_working_set.py
     python research/compression_working_set.py --keep-compiled-models
+    python research/compression_working_set.py --guard 18944x3584
 """
 
 from __future__ import annotations
@@ -24,8 +27,11 @@ from typing import Any
 
 import nncf
 import numpy as np
+from nncf.quantization.algorithms.weight_compression.weight_lowering import do_integer_dequantization
+from nncf.tensor import Tensor
 
 from nncf_hqq._nncf import AWQ
+from nncf_hqq._nncf import CompressedWeight
 from nncf_hqq._nncf import WeightCompression
 from nncf_hqq.hqq import HQQ
 from nncf_hqq.llm.compression import compress_model
@@ -34,6 +40,11 @@ from nncf_hqq.llm.layout import ir_xml
 from nncf_hqq.llm.layout import read_model
 from nncf_hqq.llm.options import CompressionOptions
 from nncf_hqq.llm.zoo import qwen_ov_dir
+from nncf_hqq.maths.core import split_into_groups
+from nncf_hqq.maths.grids import rtn_scale_zero_point
+from nncf_hqq.maths.grids import to_compressed_weight
+from nncf_hqq.maths.guard import candidate_row_errors
+from nncf_hqq.maths.guard import row_output_errors
 from nncf_hqq.openvino.backend import HQQOVBackend
 from nncf_hqq.openvino.pages import return_free_heap
 from nncf_hqq.self_calibration import calibration_inputs
@@ -91,10 +102,48 @@ def watched(sampler: PeakSampler, step: str, method: Callable[..., Any]) -> Call
     return wrapper
 
 
+def guard_errors_peak(shape: tuple[int, int], group_size: int = 128, samples: int = 32) -> None:
+    """Prints the guard's error computation's peak above its inputs, both ways, on one random weight."""
+    rng = np.random.default_rng(0)
+    weight = Tensor(rng.standard_normal(shape, dtype=np.float32))
+    activations = Tensor(rng.standard_normal((shape[1], samples), dtype=np.float32))
+    grouped, axis = split_into_groups(weight, 1, group_size)
+    candidates = []
+    for shrink in (1.0, 0.95, 0.9, 0.85):
+        scale, zero_point = rtn_scale_zero_point(grouped, axis, 4)
+        candidates.append(to_compressed_weight(grouped, scale * shrink, zero_point, 4, True))
+    copy_gib = 4 * shape[0] * shape[1] / 2**30
+    sampler = PeakSampler()
+    sampler.start()
+    ways: dict[str, Callable[[CompressedWeight], Tensor]] = {
+        "NNCF's dequantization": lambda c: row_output_errors(
+            weight, do_integer_dequantization(c).reshape(shape), activations, 1
+        ),
+        "in place": lambda c: candidate_row_errors(weight, c, activations, 1),
+    }
+    for way, errors in ways.items():
+        return_free_heap()
+        before = sampler.reset()
+        for candidate in candidates:
+            errors(candidate)
+        extra = sampler.peak - before
+        print(
+            json.dumps(
+                {"guard errors": way, "peak above inputs GiB": round(extra, 3), "copies": round(extra / copy_gib, 2)}
+            )
+        )
+    sampler.stopped = True
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--keep-compiled-models", action="store_true")
+    parser.add_argument("--guard", default=None, help="OUTxIN: the guard's errors alone on one weight")
     args = parser.parse_args()
+    if args.guard is not None:
+        rows, columns = (int(n) for n in args.guard.split("x"))
+        guard_errors_peak((rows, columns))
+        return
     if args.keep_compiled_models:
         HQQOVBackend.release_working_memory = lambda self: None  # type: ignore[method-assign]
     sampler = PeakSampler()
