@@ -71,13 +71,14 @@ INT4_BYTES_PER_PARAMETER = 0.56
 #: Float32 copies of a weight that compressing it data-free (or to INT8) holds at once.
 LARGEST_WEIGHT_COPIES = 3
 #: Float32 copies of the largest body weight that a compression with calibration data holds beside the compressed
-#: weights (NNCF's Scale Estimation, HQQ's data-aware steps and guard, and what the job holds besides), from the
+#: weights (NNCF's statistics' and Scale Estimation's leftovers, HQQ's data-aware steps and guard), from the
 #: self-calibrated jobs' compression phases: anonymous memory less the baseline and the compressed weights, over the
-#: largest body weight's float32 bytes, 19-21 on Phi-3.5-mini's shapes (6.51 GiB with the INT8 stand-in, 6.04
-#: without; gate/up projection 3072 x 16384) and 21 on Qwen2.5-7B's (10.52 GiB; down projection 3584 x 18944). One
-#: such weight alone, in a bare MatMul, held 11 (2.84 GiB for the 7B's): what the phase holds besides is not
-#: isolated (docs/research-log.md, 2026-12-07 night).
-DATA_AWARE_WEIGHT_COPIES = 21
+#: largest body weight's float32 bytes. Phi-3.5-mini's shapes (gate/up projection 3072 x 16384) held 19.4 (6.51 GiB
+#: with the INT8 stand-in) and Qwen2.5-7B's (down projection 3584 x 18944) 21 (10.52 GiB); once Scale Estimation's
+#: compiled models and freed heap were let go before the writer (``HQQAlgoBackend.release_working_memory``) Phi-3.5
+#: held 17.2 (6.09 GiB). The 7B's 21 less that 2.2, rounded up; the 7B is not measured again yet, nor the guard's
+#: in-place errors on a whole job (one weight: 2 copies fewer). (docs/research-log.md, 2026-12-08 night.)
+DATA_AWARE_WEIGHT_COPIES = 19
 #: Float32 copies of the largest weight that NNCF's INT8 compression holds at once while it writes the stand-in
 #: (measured when it was written in one part: 1.76 GiB resident on Qwen2.5-0.5B's shapes, whose largest weight is the
 #: embedding table; estimated 1.77 then).
