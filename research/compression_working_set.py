@@ -27,6 +27,7 @@ from typing import Any
 
 import nncf
 import numpy as np
+from _memory import anonymous_gib  # research/, first on the path when run as a script
 from nncf.quantization.algorithms.weight_compression.weight_lowering import do_integer_dequantization
 from nncf.tensor import Tensor
 
@@ -51,14 +52,6 @@ from nncf_hqq.self_calibration import calibration_inputs
 
 SAMPLES, TOKENS, VOCABULARY = 32, 128, 150_000
 LARGE_WEIGHT = 10_000_000
-
-
-def anonymous_gib() -> float:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("RssAnon"):
-                return int(line.split()[1]) / 2**20
-    return 0.0
 
 
 class PeakSampler(threading.Thread):

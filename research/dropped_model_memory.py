@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import gc
 
+from _memory import anonymous_gib  # research/, first on the path when run as a script
+
 from nncf_hqq.llm.compression import compress_model
 from nncf_hqq.llm.layout import ir_xml
 from nncf_hqq.llm.layout import read_model
@@ -18,14 +20,6 @@ from nncf_hqq.llm.options import CompressionOptions
 from nncf_hqq.llm.zoo import qwen_ov_dir
 from nncf_hqq.openvino.pages import release_file_mappings
 from nncf_hqq.openvino.pages import return_free_heap
-
-
-def anonymous_gib() -> float:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("RssAnon"):
-                return int(line.split()[1]) / 2**20
-    return 0.0
 
 
 def main() -> None:

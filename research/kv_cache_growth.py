@@ -17,16 +17,10 @@ import sys
 import threading
 import time
 
+from _memory import anonymous_gib  # research/, first on the path when run as a script
+
 #: SmolLM2-135M's layers, key/value heads and head size.
 LAYERS, KV_HEADS, HEAD_DIM = 30, 3, 64
-
-
-def anonymous_gib() -> float:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("RssAnon"):
-                return int(line.split()[1]) / 2**20
-    return 0.0
 
 
 def measure(sequences: int, length: int) -> None:
