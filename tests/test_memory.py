@@ -424,12 +424,50 @@ def test_seven_b_with_the_int8_stand_in() -> None:
     # the float model's weights, compressed: the largest phase with the stand-in (measured 10.52 GiB anonymous,
     # before Scale Estimation's compiled models were let go)
     assert by_phase["compression"] == float_model["compression"] == max(e.needed for e in with_stand_in)
-    # the output check holds one candidate (the kept one waits on disk): no more than the compression
-    assert (
-        by_phase["output check"]
-        == max(SEVEN_B.compressed_bytes(), by_phase["compression"] - memory.BASELINE_BYTES) + memory.BASELINE_BYTES
-    )
+    # the output check holds one candidate (the kept one waits on disk), compressed data-free: less than the
+    # data-aware compression
+    candidate = SEVEN_B.compressed_bytes() + memory.OUTPUT_CHECK_WEIGHT_COPIES * 4 * 3584 * 18944
+    assert by_phase["output check"] == candidate + memory.BASELINE_BYTES
+    assert by_phase["output check"] < by_phase["compression"]
     assert max(e.needed for e in with_stand_in) < 11 * GIB  # the default with the stand-in fits a 16 GB laptop
+
+
+@pytest.mark.parametrize(
+    ("largest", "largest_body", "expected"),
+    [
+        pytest.param(1000, 10, 3 * 4 * 1000, id="the-largest-weight-each-candidate-compresses-first"),
+        pytest.param(200, 100, 1000 + 9 * 4 * 100, id="one-candidate-and-the-working-set-beside-it"),
+        pytest.param(100, 0, 1000 + 9 * 4 * 100, id="body-not-known-is-the-largest"),
+    ],
+)
+def test_the_output_check_holds_one_candidate_and_a_data_free_working_set(
+    largest: int, largest_body: int, expected: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    size = memory.ModelSize(4000, 8000, largest, 0, largest_body=largest_body)
+    monkeypatch.setattr(memory.ModelSize, "compressed_bytes", lambda self: 1000)
+    assert memory.OUTPUT_CHECK_WEIGHT_COPIES == 9
+    assert size.output_check_bytes() == expected
+    [check] = [e for e in memory.compress_estimates(size, False, GENERATION, HELD_OUT) if e.phase == "output check"]
+    assert check.total == expected + memory.BASELINE_BYTES
+
+
+@pytest.mark.parametrize(
+    ("size", "measured_gib"),
+    [
+        pytest.param(memory.ModelSize(494_032_768, 988_065_536, 136_134_656, 136_134_656, largest_body=4_358_144), 2.57,
+                     id="qwen2.5-0.5b"),
+        pytest.param(memory.ModelSize(1_543_714_304, 3_087_428_608, 233_373_696, 233_373_696, largest_body=13_762_560),
+                     3.13, id="qwen2.5-1.5b"),
+        pytest.param(memory.ModelSize(3_821_079_552, 7_642_159_104, 98_500_608, 197_001_216, largest_body=50_331_648),
+                     4.60, id="phi3.5-mini"),
+    ],
+)  # fmt: skip
+def test_the_measured_output_checks_are_within_15_percent(size: memory.ModelSize, measured_gib: float) -> None:
+    """The output check's estimate against the anonymous peaks ``benchmarks/checkpoint_memory.py`` measured on random
+    bf16 checkpoints of these shapes (docs/memory.md); the 7B's was measured while a second candidate stayed alive,
+    a leak since fixed."""
+    [check] = [e for e in memory.compress_estimates(size, True, GENERATION, HELD_OUT) if e.phase == "output check"]
+    assert check.total / GIB == pytest.approx(measured_gib, rel=0.15)
 
 
 def test_the_exports_checkpoint_pages_count_in_its_peak_not_in_what_it_needs() -> None:

@@ -19,9 +19,10 @@ checkpoints of real shapes (``benchmarks/checkpoint_memory.py``, docs/memory.md)
   command lines drop the weights file's pages meanwhile (``nncf_hqq.openvino.pages.releasing_file_pages``), so the
   packed copy is the float model's memory. Then its KV cache (f32, twice its keys and values: the plugin grows it in
   steps) and logits for the sequences it runs, from the model's ``config.json`` (not counted without one);
-- a compiled compressed candidate: about its compressed bytes (the output check holds one candidate, being
-  compressed or compiled from the file it was written to, never the candidate kept nor the float model beside it:
-  both wait on disk, the float model as its recorded logits).
+- the output check: one candidate at a time, compressed data-free or compiled from the file it was written to
+  (about its compressed bytes), never the candidate kept nor the float model beside it (both wait on disk, the float
+  model as its recorded logits), with the data-free working set and what the data-aware compression before it left
+  in the process.
 """
 
 from __future__ import annotations
@@ -79,6 +80,14 @@ LARGEST_WEIGHT_COPIES = 3
 #: held 17.2 (6.09 GiB). The 7B's 21 less that 2.2, rounded up; the 7B is not measured again yet, nor the guard's
 #: in-place errors on a whole job (one weight: 2 copies fewer). (docs/research-log.md, 2026-12-08 night.)
 DATA_AWARE_WEIGHT_COPIES = 19
+#: Float32 copies of the largest body weight that the output check holds beside the candidate it compresses
+#: data-free (or has compiled): the data-free working set (``LARGEST_WEIGHT_COPIES``) and what the data-aware
+#: compression before it left in the process (NNCF's statistics leave native memory the allocator keeps). Phi-3.5-mini's
+#: shapes with the INT8 stand-in measured 4.60 GiB anonymous in the output check: the baseline, the compressed weights
+#: (2.09 GiB) and 9.1 copies of its 3072 x 16384 gate/up projection. Qwen2.5-7B's shapes measured 11.63 GiB while the
+#: data-free candidate (4.4 GiB) still stayed alive beside the next one, about 7.2 without it, against 7.5 by this
+#: count (docs/research-log.md, 2026-12-08).
+OUTPUT_CHECK_WEIGHT_COPIES = 9
 #: Float32 copies of the largest weight that NNCF's INT8 compression holds at once while it writes the stand-in
 #: (measured when it was written in one part: 1.76 GiB resident on Qwen2.5-0.5B's shapes, whose largest weight is the
 #: embedding table; estimated 1.77 then).
@@ -157,6 +166,14 @@ class ModelSize:
         copies = DATA_AWARE_WEIGHT_COPIES if data_aware else LARGEST_WEIGHT_COPIES
         body = self.largest_body or self.largest
         return max(LARGEST_WEIGHT_COPIES * 4 * self.largest, self.compressed_bytes() + copies * 4 * body)
+
+    def output_check_bytes(self) -> int:
+        """The output check's peak over the baseline: the largest weight's working set (each data-free candidate
+        compresses it first) or one candidate's compressed weights with ``OUTPUT_CHECK_WEIGHT_COPIES`` of the
+        largest other weight, whichever is larger."""
+        body = self.largest_body or self.largest
+        candidate = self.compressed_bytes() + OUTPUT_CHECK_WEIGHT_COPIES * 4 * body
+        return max(LARGEST_WEIGHT_COPIES * 4 * self.largest, candidate)
 
     def stand_in_bytes(self) -> int:
         """The weights of the float model's INT8 stand-in (``nncf_hqq.llm.stand_in``)."""
@@ -306,8 +323,15 @@ def compress_estimates(
         compression = (("compressed weights", compressed), ("working set", compressing - compressed))
     phases.append(PhaseEstimate(COMPRESSION_PHASE, compression))
     if generation is not None and held_out:  # the kept candidate waits on disk
-        parts = (("one candidate being compressed, or compiled", max(compressed, compressing)),)
-        phases.append(PhaseEstimate(OUTPUT_CHECK_PHASE, parts))
+        checking = size.output_check_bytes()
+        if checking == LARGEST_WEIGHT_COPIES * 4 * size.largest:
+            check: tuple[tuple[str, int], ...] = (("the largest weight's working set", checking),)
+        else:
+            check = (
+                ("one candidate being compressed data-free, or compiled", compressed),
+                ("working set and what the data-aware steps left", checking - compressed),
+            )
+        phases.append(PhaseEstimate(OUTPUT_CHECK_PHASE, check))
     return phases
 
 
