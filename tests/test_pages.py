@@ -13,7 +13,6 @@ import openvino as ov
 import pytest
 
 import nncf_hqq  # noqa: F401  (teaches nncf.compress_weights hqq=)
-from nncf_hqq.openvino import backend as ov_backend
 from nncf_hqq.openvino import pages
 from tests.ov_models import transformer_like
 
@@ -64,6 +63,40 @@ def test_read_only_memmap_is_released_and_reads_back(tmp_path: Path) -> None:
     assert float(mapped.sum()) == total
     writable = np.memmap(tmp_path / "w.bin", dtype=np.float32, mode="r+")
     assert not pages.release_file_pages(np.ndarray(writable.shape, writable.dtype, buffer=writable))
+
+
+def test_a_snapshot_reads_the_mappings_once_for_arrays_outside_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[int] = []
+    read_maps = pages._read_maps
+    monkeypatch.setattr(pages, "_read_maps", lambda: reads.append(1) or read_maps())
+    anonymous = [np.arange(1 << 20, dtype=np.float32)[16:] for _ in range(3)]
+    np.arange(1 << 19, dtype=np.float32).tofile(tmp_path / "w.bin")
+    mapped = np.memmap(tmp_path / "w.bin", dtype=np.float32, mode="r")
+    in_file = np.ndarray(mapped.shape, mapped.dtype, buffer=mapped)
+    snapshot = pages.FileMappingSnapshot()
+    assert [snapshot.release(array) for array in anonymous] == [False] * 3
+    assert len(reads) == 1
+    assert snapshot.release(in_file)  # confirmed on a fresh read before the pages are dropped
+    assert len(reads) == 2
+    np.testing.assert_array_equal(in_file, np.arange(1 << 19, dtype=np.float32))
+    trusting = pages.FileMappingSnapshot(confirm=False)  # every array predates it: no second read
+    assert [trusting.release(array) for array in [*anonymous, in_file]] == [False, False, False, True]
+    assert len(reads) == 3
+    np.testing.assert_array_equal(in_file, np.arange(1 << 19, dtype=np.float32))
+
+
+def test_a_stale_snapshot_never_drops_anonymous_memory() -> None:
+    """A snapshot that places an array in a read-only file mapping (its addresses were a file's when it was taken)
+    is checked against the mappings of now before anything is dropped."""
+    data = np.arange(1 << 20, dtype=np.float32)
+    view = data[1024:]
+    begin = int(view.__array_interface__["data"][0])
+    snapshot = pages.FileMappingSnapshot()
+    snapshot._maps = f"{begin - 4096:x}-{begin + view.nbytes + 4096:x} r--s 00000000 fe:00 1 /models/gone.bin\n"
+    assert not snapshot.release(view)
+    np.testing.assert_array_equal(view, np.arange(1024, 1 << 20, dtype=np.float32))
 
 
 def _file_mapping_rss_kib(bin_path: Path) -> int:
@@ -169,7 +202,7 @@ def test_compression_of_a_model_on_disk_drops_its_pages_and_writes_the_same_mode
 
     def compressed(release: bool) -> tuple[bytes, int]:
         if not release:
-            monkeypatch.setattr(ov_backend, "release_file_pages", lambda array: False)
+            monkeypatch.setattr(pages.FileMappingSnapshot, "release", lambda self, array: False)
         model = ov.Core().read_model(tmp_path / "model.xml")
         result = nncf.compress_weights(model, mode=nncf.CompressWeightsMode.INT4_ASYM, group_size=64, hqq=True)
         resident = _file_mapping_rss_kib(bin_path)
@@ -193,7 +226,12 @@ def test_a_compiled_model_runs_the_same_after_its_source_pages_are_dropped(tmp_p
     compiled = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     ids = input_ids()
     before = compiled(ids)[0].copy()
-    assert pages.release_model_pages(model) == 3  # up, down, the experts: the weights of 1 MiB and more
+    reads: list[int] = []
+    read_maps = pages._read_maps
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pages, "_read_maps", lambda: reads.append(1) or read_maps())
+        assert pages.release_model_pages(model) == 3  # up, down, the experts: the weights of 1 MiB and more
+    assert len(reads) == 1  # one read of the process's mappings for the whole model
     np.testing.assert_array_equal(compiled(ids)[0], before)
     assert pages.release_model_pages(ov.Core().read_model(tmp_path / "model.xml")) == 3
     assert pages.release_model_pages(transformer_like(hidden=512)) == 0  # in memory: nothing to drop

@@ -37,7 +37,7 @@ from nncf_hqq.openvino.decompression import float_zero_point_decompression
 from nncf_hqq.openvino.decompression import is_float_zero_point
 from nncf_hqq.openvino.graph import attention_role
 from nncf_hqq.openvino.graph import norm_gain_importance
-from nncf_hqq.openvino.pages import release_file_pages
+from nncf_hqq.openvino.pages import FileMappingSnapshot
 from nncf_hqq.openvino.pages import return_free_heap
 from nncf_hqq.openvino.rescaling import RescaledConstants
 from nncf_hqq.openvino.rescaling import RescalingAWQBackend
@@ -62,6 +62,8 @@ class HQQOVBackend(HQQAlgoBackend, OVWeightCompressionAlgoBackend):
         self.hqq_weights: Mapping[str, CompressedWeight] | None = None
         #: Names of the weights the last ``transform_model`` wrote with an f16 zero point.
         self.float_zero_point_weights: set[str] = set()
+        #: Where the model's constants lay when first looked up: in its IR file's mapping, or not.
+        self.file_mappings = FileMappingSnapshot()
 
     def in_graph(self, weight_name: str) -> ov.Node:
         """The constant the graph holds for a weight (the stored one while AWQ's rescaling of it is deferred): where
@@ -76,7 +78,7 @@ class HQQOVBackend(HQQAlgoBackend, OVWeightCompressionAlgoBackend):
         return attention_role(self.in_graph(wp.weight_name))
 
     def release_weight(self, wp: WeightCompressionParameters) -> None:
-        release_constant_pages(self.in_graph(wp.weight_name))
+        release_constant_pages(self.in_graph(wp.weight_name), self.file_mappings)
 
     def release_working_memory(self) -> None:
         """Drops NNCF's compiled weight-lowering models (one per function and weight shape, each holding its
@@ -119,7 +121,7 @@ class HQQOVBackend(HQQAlgoBackend, OVWeightCompressionAlgoBackend):
     def _replace_node(self, const_node: ov.Node, new_node: ov.Node) -> None:
         """NNCF's replacement of a weight by its compressed subgraph, then the weight's pages dropped."""
         super()._replace_node(const_node, new_node)
-        release_constant_pages(const_node)
+        release_constant_pages(const_node, self.file_mappings)
 
     def transform_model(
         self,
@@ -219,8 +221,8 @@ def bfloat16_all_finite(bits: np.ndarray) -> bool:
     return True
 
 
-def release_constant_pages(node: ov.Node) -> None:
+def release_constant_pages(node: ov.Node, mappings: FileMappingSnapshot) -> None:
     """Drops the resident pages of a constant when they are those of the model's IR file
     (``nncf_hqq.openvino.pages``): compressing a model read from disk then holds one weight's pages at a time."""
     if node.get_type_name() == "Constant":
-        release_file_pages(node.get_tensor_view().data)
+        mappings.release(node.get_tensor_view().data)
