@@ -137,6 +137,7 @@ ROWS: dict[str, HQQParameters | None] = {
     "self_awq_se": None,
     "self_awq_se_hqq": HQQ_DEFAULT,
     "self_awq_se_hqq_no_guard": dataclasses.replace(HQQ_DEFAULT, output_guard=False),
+    "self_awq_se_hqq_no_se_reference": dataclasses.replace(HQQ_DEFAULT, guard_reference=False),
     "self_se": None,
     "self_se_hqq": HQQ_DEFAULT,
     "self_se_hqq_no_guard": dataclasses.replace(HQQ_DEFAULT, output_guard=False),
@@ -182,6 +183,7 @@ ROWS: dict[str, HQQParameters | None] = {
     "ts_se": None,
     "ts_se_hqq": HQQ_DEFAULT,
     "ts_se_hqq_no_guard": dataclasses.replace(HQQ_DEFAULT, output_guard=False),
+    "ts_se_hqq_no_se_reference": dataclasses.replace(HQQ_DEFAULT, guard_reference=False),
 }
 
 #: Other modes: NNCF's symmetric ones (RTN and HQQ) and HQQ's asymmetric low-bit modes.
@@ -220,6 +222,7 @@ ROW_OPTIONS: dict[str, dict[str, Any]] = {
     "self_awq_se": {"awq": True, "scale_estimation": True, "self_calibrated": True},
     "self_awq_se_hqq": {"awq": True, "scale_estimation": True, "self_calibrated": True},
     "self_awq_se_hqq_no_guard": {"awq": True, "scale_estimation": True, "self_calibrated": True},
+    "self_awq_se_hqq_no_se_reference": {"awq": True, "scale_estimation": True, "self_calibrated": True},
     **{
         row: {"scale_estimation": True, "self_calibrated": True}
         for row in ("self_se", "self_se_hqq", "self_se_hqq_no_guard")
@@ -246,7 +249,10 @@ ROW_OPTIONS: dict[str, dict[str, Any]] = {
         f"self_awq_se_hqq_tok{k}_held_out": {"awq": True, "scale_estimation": True, "self_calibrated": True}
         for k in (0, 8, 16, 32)
     },
-    **{row: {"scale_estimation": True, "calibrated": True} for row in ("ts_se", "ts_se_hqq", "ts_se_hqq_no_guard")},
+    **{
+        row: {"scale_estimation": True, "calibrated": True}
+        for row in ("ts_se", "ts_se_hqq", "ts_se_hqq_no_guard", "ts_se_hqq_no_se_reference")
+    },
     **{
         f"ts_se_hqq_tok{k}{suffix}": {"scale_estimation": True, "calibrated": True}
         for k in (8, 32)
@@ -298,11 +304,13 @@ ENCODER_WINDOW = 128
 
 def encoder_calibration_samples(ir_dir: Path, count: int) -> list[dict[str, np.ndarray]]:
     """``count`` windows of ``ENCODER_WINDOW`` tokens at random starts (seed 0) of Tiny Shakespeare, as encoder
-    inputs (``input_ids``, ``attention_mask``, ``token_type_ids``)."""
+    inputs (``input_ids``, ``attention_mask`` and, where the model takes it, ``token_type_ids``: MPNet does not)."""
     ids = tokenize_text(load_tokenizer(ir_dir), shared_path(SHAKESPEARE))
     starts = np.random.default_rng(0).integers(0, ids.size - ENCODER_WINDOW + 1, size=count)
     windows = [ids[s : s + ENCODER_WINDOW].reshape(1, -1).astype(np.int64) for s in starts]
-    return [{"input_ids": w, "attention_mask": np.ones_like(w), "token_type_ids": np.zeros_like(w)} for w in windows]
+    names = {name for port in ov.Core().read_model(ir_xml(ir_dir)).inputs for name in port.get_names()}
+    samples = [{"input_ids": w, "attention_mask": np.ones_like(w), "token_type_ids": np.zeros_like(w)} for w in windows]
+    return [{name: value for name, value in sample.items() if name in names} for sample in samples]
 
 
 #: The user turn of the ``--self-start chat`` rows: generation continues as the model's answer.

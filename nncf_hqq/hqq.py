@@ -435,7 +435,7 @@ class HQQ:
                 continue  # NNCF's own RTN, bit for bit (with statistics: RTN refined on them)
             tokens = self.token_statistics.get(wp.node_with_weight.node_name) if node_statistics is not None else None
             planned[wp.weight_name] = _PlannedWeight(wp, role, node_statistics, tokens)
-        if statistics is not None and self.params.output_guard:
+        if statistics is not None and self.params.output_guard and self.params.guard_reference:
             planned = self.with_scale_estimation_references(planned, model, graph, statistics, backend_entity)
         return HQQCompressedWeights(self, planned, model, graph, backend_entity)
 

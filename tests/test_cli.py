@@ -121,6 +121,11 @@ def test_flags_are_the_compress_jobs_options(capsys: pytest.CaptureFixture[str])
         return cli.job_options(cli.build_parser().parse_args(["compress", "m", "out", *flags])).int8_stand_in
 
     assert (stand_in(), stand_in("--int8-stand-in"), stand_in("--no-int8-stand-in")) == (None, True, False)
+
+    def reference(*flags: str) -> bool | None:
+        return cli.job_options(cli.build_parser().parse_args(["compress", "m", "out", *flags])).guard_reference
+
+    assert (reference(), reference("--guard-reference"), reference("--no-guard-reference")) == (None, True, False)
     budget = cli.build_parser().parse_args(["compress", "m", "out", "--memory-budget", "14"])
     assert cli.job_options(budget).memory_budget == 14.0 and options.memory_budget is None
 

@@ -137,6 +137,38 @@ def test_scale_estimations_compiled_models_are_dropped_before_the_writer(
     assert cached["first weight written"] == 0, cached
 
 
+def test_without_the_guard_reference_scale_estimation_does_not_run(
+    dataset: nncf.Dataset, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``guard_reference=False``: NNCF's Scale Estimation pass is skipped, and every row the guard keeps is HQQ's or
+    round-to-nearest's (none is NNCF's Scale Estimation's)."""
+    calls: list[str] = []
+    counts: list[list[int]] = []
+    original_se, original_guard = ScaleEstimation.apply, HQQ.guard_on_outputs
+
+    def scale_estimation(*args: Any, **kwargs: Any) -> Any:
+        calls.append("scale estimation")
+        return original_se(*args, **kwargs)
+
+    def guard(*args: Any, **kwargs: Any) -> Any:
+        result, rows = original_guard(*args, **kwargs)
+        counts.append(rows)
+        return result, rows
+
+    monkeypatch.setattr(ScaleEstimation, "apply", scale_estimation)
+    monkeypatch.setattr(HQQ, "guard_on_outputs", guard)
+    for reference in (True, False):
+        calls.clear()
+        counts.clear()
+        params = HQQ_DEFAULT.replace(guard_reference=reference)
+        options = {**INT4, "dataset": dataset, "scale_estimation": True, "hqq": True, "hqq_params": params}
+        nncf.compress_weights(transformer_like(moe=False), **options)
+        assert counts, "the guard did not run: the test checks nothing"
+        assert calls == (["scale estimation"] if reference else [])
+        references = sum(rows[1] for rows in counts)
+        assert references > 0 if reference else references == 0
+
+
 @pytest.mark.parametrize("layout", ["canonical-3d"], ids=str)
 def test_activation_refinement_never_increases_calibration_error(layout: str) -> None:
     rng = np.random.default_rng(1)

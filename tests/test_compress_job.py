@@ -94,6 +94,9 @@ def test_bad_options_raise_value_errors_naming_the_keywords(tiny_llm: tuple[Path
             "awq": True,
         },
         "mode must be one of": {"mode": "nf4"},
+        "guard_reference sets what HQQ's output guard weighs on calibration data: add dataset=TEXT_FILE or drop "
+        "self_calibration=False": {"guard_reference": True, "self_calibration": False},
+        "guard_reference sets what HQQ's output guard weighs; drop hqq=False": {"guard_reference": False, "hqq": False},
         "zero_point='split' is an OpenVINO graph format; backend='torch' takes float or int": {
             "backend": "torch",
             "zero_point": "split",
@@ -112,12 +115,13 @@ def test_bad_options_raise_value_errors_naming_the_keywords(tiny_llm: tuple[Path
 
 
 def test_the_default_recipe_is_self_calibrated_and_loads(self_calibrated_dir: Path, tiny_llm: tuple[Path, Any]) -> None:
-    """No dataset: AWQ + Scale Estimation + HQQ on 32 sequences the model generates from the BOS token of its config;
-    the dir loads with optimum-intel and openvino_genai."""
+    """No dataset: AWQ + HQQ's scales and output guard (without NNCF's Scale Estimation in it) on 32 sequences the
+    model generates from the BOS token of its config; the dir loads with optimum-intel and openvino_genai."""
     record = json.loads((self_calibrated_dir / RECORD_NAME).read_text())
     assert record["options"]["mode"] == "int4_asym" and record["options"]["hqq"] is True
     assert record["self_calibration"]["num_samples"] == 32 and record["self_calibration"]["start_token_ids"] == [1]
     assert record["options"]["awq"] is True and record["options"]["scale_estimation"] is True
+    assert record["options"]["guard_reference"] is None and record["hqq_params"]["guard_reference"] is False
     # decoder layers: HQQ's f16 zero points (the output guard may give whole layers to NNCF's u4 ones);
     # embeddings and lm_head: the INT8_ASYM backup (RTN, u8 zero points)
     assert {ov.Type.f16, ov.Type.u8} <= zero_point_types(self_calibrated_dir) <= {ov.Type.f16, ov.Type.u4, ov.Type.u8}

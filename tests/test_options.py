@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from nncf_hqq import HQQ_DEFAULT
 from nncf_hqq import HQQ_REFERENCE
 from nncf_hqq.llm.options import CompressionOptions
 from nncf_hqq.llm.options import JobOptions
@@ -36,7 +37,7 @@ CHANGED = {
     "hqq_base": (HQQ_REFERENCE, "HQQ (default zero point, the recipe's parameters)"),
 }
 #: Fields that change the model only through another one (``subset_size``: the calibration data, below).
-THROUGH_OTHERS = {"subset_size"}
+THROUGH_OTHERS = {"subset_size", "guard_reference"}  # guard_reference: through scale_estimation
 
 
 def test_every_option_is_known_to_the_summary() -> None:
@@ -71,9 +72,23 @@ def test_each_option_given_is_named(name: str) -> None:
         pytest.param(
             {"group_size": 64, "awq": True, "scale_estimation": True, "self_calibration": GENERATED},
             False,
-            "int4_asym, group size 64, self-calibrated on 32 generated sequences, AWQ, Scale Estimation, HQQ (default "
-            "zero point)",
+            "int4_asym, group size 64, self-calibrated on 32 generated sequences, AWQ, HQQ's scales and output guard "
+            "on the data (no NNCF Scale Estimation), HQQ (default zero point)",
             id="self-calibrated-default-subset-size-unsaid",
+        ),
+        pytest.param(
+            {"awq": True, "scale_estimation": True, "self_calibration": GENERATED, "guard_reference": True},
+            False,
+            f"int4_asym, {ADJUSTED}, self-calibrated on 32 generated sequences, AWQ, Scale Estimation, HQQ (default "
+            "zero point)",
+            id="self-calibrated-with-the-guard-reference",
+        ),
+        pytest.param(
+            {"scale_estimation": True, "guard_reference": False},
+            True,
+            f"int4_asym, {ADJUSTED}, calibrated on 128 samples of the dataset, HQQ's scales and output guard on the "
+            "data (no NNCF Scale Estimation), HQQ (default zero point)",
+            id="dataset-without-the-guard-reference",
         ),
         pytest.param(
             {"awq": True, "subset_size": 8, "self_calibration": GENERATED.replace(prompt_token_ids=tuple(range(20)))},
@@ -100,6 +115,27 @@ def test_each_option_given_is_named(name: str) -> None:
 )
 def test_summary_line(options: dict[str, Any], data_aware: bool, expected: str) -> None:
     assert CompressionOptions(**options).describe(data_aware) == expected
+
+
+@pytest.mark.parametrize(
+    ("options", "reference", "params"),
+    [
+        pytest.param({}, True, None, id="data-free-hqq-default"),
+        pytest.param({"scale_estimation": True}, True, None, id="dataset-hqq-default"),
+        pytest.param({"self_calibration": GENERATED}, False, {"guard_reference": False}, id="self-calibrated-off"),
+        pytest.param({"self_calibration": GENERATED, "guard_reference": True}, True, None, id="asked-for"),
+        pytest.param({"guard_reference": False, "zero_point": "int"}, False, {"guard_reference": False,
+                     "zero_point_format": "integer"}, id="with-other-changes"),
+    ],
+)  # fmt: skip
+def test_the_guard_reference_is_off_when_self_calibrated(
+    options: dict[str, Any], reference: bool, params: dict[str, Any] | None
+) -> None:
+    compression = CompressionOptions(**options)
+    assert compression.uses_guard_reference() is reference
+    expected = None if params is None else HQQ_DEFAULT.replace(**params)
+    assert compression.hqq_params() == expected
+    assert CompressionOptions(hqq=False, **options).hqq_params() is None
 
 
 def test_the_per_channel_modes_say_so() -> None:

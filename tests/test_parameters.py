@@ -92,6 +92,7 @@ RECOMMENDED = {
     "unit_gain": True,
     "rtn_roles": (AttentionRole.VALUE,),
     "output_guard": True,
+    "guard_reference": True,
     "calibration_token_rows": 0,
     "guard_held_out": False,
     "error_feedback": False,

@@ -335,8 +335,8 @@ class CompressJob:
     def _self_calibration(
         self, compression: CompressionOptions, model: ov.Model, files_dir: Path | None
     ) -> CompressionOptions:
-        """``compression`` with self-calibration (AWQ + Scale Estimation + HQQ on text the model generates), or as
-        it is, with the reason said, when it does not apply."""
+        """``compression`` with self-calibration (AWQ and HQQ on text the model generates, with NNCF's Scale
+        Estimation where HQQ's guard weighs it), or as it is, with the reason said, when it does not apply."""
         obstacle = self_calibration_obstacle(compression, model)
         if obstacle is not None:
             if self.options.scale_estimation:
@@ -353,10 +353,15 @@ class CompressJob:
         )
         if prompt is not None:
             start += f" and {params.prompt_len} tokens of {self.options.self_prompt_text} ({len(prompt)} tokens)"
+        steps = (
+            "AWQ + Scale Estimation + HQQ"
+            if compression.runs_nncf_scale_estimation()
+            else "AWQ + HQQ's scales and output guard (HQQ's or RTN's rows; {guard_reference} adds NNCF's Scale "
+            "Estimation to the guard)"
+        )
         self.say(
             "Self-calibration: the model generates {count} sequences of {length} tokens from {start} (temperature "
-            "{temperature}, top-p {top_p}, seed {seed}) for AWQ + Scale Estimation + HQQ; {no_self_calibration} "
-            "compresses data-free",
+            "{temperature}, top-p {top_p}, seed {seed}) for " + steps + "; {no_self_calibration} compresses data-free",
             count=params.num_samples,
             length=params.seq_len,
             start=start,
