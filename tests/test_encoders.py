@@ -325,6 +325,8 @@ def test_encoder_calibrated_on_text_lines(
     assert record["encoder"]["calibration_lines"] == 8 and record["options"]["scale_estimation"] is True
     code, _, err = run_cli(["compress", bert_float_ir, tmp_path / "se", "--scale-estimation"], capsys)
     assert code == 2 and "an encoder cannot generate it: add --dataset" in err
+    code, _, err = run_cli(["compress", bert_float_ir, tmp_path / "ref", "--no-guard-reference"], capsys)
+    assert code == 2 and "--guard-reference needs calibration data; an encoder cannot generate it" in err
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -402,6 +402,9 @@ class CompressJob:
             raise OptionError("{scale_estimation} needs calibration data; an encoder cannot generate it: add {dataset}")
         if options.dataset is None and options.token_rows:
             raise OptionError("{token_rows} needs calibration data; an encoder cannot generate it: add {dataset}")
+        if options.dataset is None and options.guard_reference is not None:
+            msg = "{guard_reference} needs calibration data; an encoder cannot generate it: add {dataset}"
+            raise OptionError(msg)
         if options.self_prompt_text is not None:
             raise OptionError(
                 "{self_prompt_text} steers self-calibration, which an encoder cannot do (it cannot generate)"
