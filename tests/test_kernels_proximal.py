@@ -279,6 +279,7 @@ def test_default_parameters_take_the_fast_path(fast_calls: list) -> None:
     """Also a tripwire: a new ``HQQParameters`` field disables the fast path until it is reviewed."""
     assert proximal.unsupported_parameters(HQQ_DEFAULT) == []
     assert proximal.unsupported_parameters(HQQ_REFERENCE) == []
+    assert proximal.unsupported_parameters(HQQ_DEFAULT.replace(guard_reference=False)) == []  # compress's recipe
     weight, axis = grouped_weight()
     proximal.solve(weight, axis, 4, HQQ_DEFAULT)
     assert len(fast_calls) == 1

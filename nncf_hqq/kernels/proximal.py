@@ -94,6 +94,7 @@ SUPPORTED_PARAMETERS: dict[str, Callable[[object], bool]] = {
     "weighted_proximal": lambda value: True,
     "unit_gain": lambda value: True,
     "output_guard": lambda value: True,  # a choice among finished results (nncf_hqq.maths.guard), not the solver's
+    "guard_reference": lambda value: True,  # which finished results the guard chooses among
     "calibration_token_rows": lambda value: True,  # which calibration inputs the data-aware steps fit
     "guard_held_out": lambda value: True,
     "error_feedback": lambda value: True,  # another candidate for the guard, after the solver
